@@ -1,0 +1,180 @@
+"""Split a genome module into evolvable and static parts; flat vectors <-> modules.
+
+evosax searches over one flat vector per genome. A `GenomeLayout` records, once,
+which leaves of the user's module are evolvable (`eqx.filter(genome, filter_spec)`),
+their shapes and dtypes, and keeps every other leaf (integer topology arrays,
+functions, configuration) as a single shared copy. A population is the user's own
+module type whose evolvable leaves carry a leading axis of size P while the
+static leaves are shared, never copied P times.
+"""
+
+import math
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+
+from ._types import Array, FlatGenome, FlatPopulation, Genome, Population
+
+
+def _describe(leaf: Any) -> str:
+    if isinstance(leaf, jax.Array | np.ndarray):
+        return f"{leaf.dtype}{list(leaf.shape)}"
+    return type(leaf).__name__
+
+
+class GenomeLayout(eqx.Module):
+    """Where each evolvable leaf of a genome lives in the flat parameter vector.
+
+    Build with `GenomeLayout.from_genome(genome, filter_spec)`.
+
+    Attributes:
+        static: the genome with every evolvable leaf replaced by `None`; shared by
+            the whole population.
+        filter_spec: the filter that selected the evolvable leaves.
+        shapes, dtypes: per evolvable leaf, in `jax.tree_util` order.
+        num_params: length D of the flat vector.
+        dtype: dtype of the flat vector: the leaves' dtype, or float32 (float64)
+            when they differ.
+    """
+
+    static: Any
+    filter_spec: Any = eqx.field(static=True)
+    treedef: Any = eqx.field(static=True)
+    shapes: tuple[tuple[int, ...], ...] = eqx.field(static=True)
+    dtypes: tuple[Any, ...] = eqx.field(static=True)
+    num_params: int = eqx.field(static=True)
+    dtype: Any = eqx.field(static=True)
+
+    @classmethod
+    def from_genome(
+        cls, genome: Genome, filter_spec: Any = eqx.is_inexact_array
+    ) -> "GenomeLayout":
+        """Record the evolvable layout of `genome`.
+
+        Raises:
+            ValueError: no leaf of `genome` is selected by `filter_spec`, or a
+                selected leaf is not a floating-point array.
+        """
+        evolvable, static = eqx.partition(genome, filter_spec)
+        leaves_with_path, treedef = jtu.tree_flatten_with_path(evolvable)
+        if not leaves_with_path:
+            raise ValueError(
+                f"genome: a {type(genome).__name__} with no evolvable leaves under "
+                f"filter_spec={getattr(filter_spec, '__name__', filter_spec)!r}. "
+                "Evolvable leaves are floating-point arrays selected by the filter "
+                "spec (default eqx.is_inexact_array); give the genome at least one, "
+                "or pass a filter_spec that selects some."
+            )
+        for path, leaf in leaves_with_path:
+            ok = isinstance(leaf, jax.Array | np.ndarray) and jnp.issubdtype(
+                leaf.dtype, jnp.floating
+            )
+            if not ok:
+                raise ValueError(
+                    f"genome: leaf {jtu.keystr(path)} is selected for evolution but is "
+                    f"{_describe(leaf)}; evolvable leaves must be floating-point "
+                    "arrays. Exclude it with filter_spec (integer arrays such as "
+                    "edge lists stay static and shared)."
+                )
+        leaves = [leaf for _, leaf in leaves_with_path]
+        shapes = tuple(tuple(int(d) for d in leaf.shape) for leaf in leaves)
+        dtypes = tuple(jnp.dtype(leaf.dtype) for leaf in leaves)
+        # One leaf dtype stays as it is; mixed dtypes meet at float32 (float64 if
+        # any leaf is). Explicit, so strict dtype promotion never trips here.
+        if len(set(dtypes)) == 1:
+            dtype = dtypes[0]
+        elif any(d == jnp.float64 for d in dtypes):
+            dtype = jnp.dtype(jnp.float64)
+        else:
+            dtype = jnp.dtype(jnp.float32)
+        return cls(
+            static=static,
+            filter_spec=filter_spec,
+            treedef=treedef,
+            shapes=shapes,
+            dtypes=dtypes,
+            num_params=sum(math.prod(s) for s in shapes),
+            dtype=dtype,
+        )
+
+    # -- single genomes ---------------------------------------------------------
+
+    def flatten(self, genome: Genome) -> FlatGenome:
+        """The evolvable leaves of one genome as a flat vector of length D."""
+        leaves = self._evolvable_leaves(genome, batch_ndim=0)
+        return jnp.concatenate([jnp.ravel(x).astype(self.dtype) for x in leaves])
+
+    def unflatten(self, flat: FlatGenome) -> Genome:
+        """One genome from a flat vector of length D (static parts shared)."""
+        return self._build(flat, batch_shape=())
+
+    # -- populations ------------------------------------------------------------
+
+    def flatten_population(
+        self, population: Population, population_size: int | None = None
+    ) -> FlatPopulation:
+        """The evolvable leaves of a population as a `[P, D]` array.
+
+        Raises:
+            ValueError: the population's structure differs from the genome's, or
+                its evolvable leaves do not share one leading axis (of size
+                `population_size` when given).
+        """
+        leaves = self._evolvable_leaves(population, batch_ndim=1)
+        sizes = {x.shape[0] for x in leaves}
+        if len(sizes) != 1:
+            raise ValueError(
+                "population: evolvable leaves have different leading axes "
+                f"{sorted(sizes)}; every evolvable leaf needs the same population axis."
+            )
+        (size,) = sizes
+        if population_size is not None and size != population_size:
+            raise ValueError(
+                f"population: has {size} genomes but the strategy was built with "
+                f"population_size={population_size}; tell() needs the population "
+                "that ask() returned (same size, same order)."
+            )
+        return jnp.concatenate(
+            [jnp.reshape(x, (size, -1)).astype(self.dtype) for x in leaves], axis=1
+        )
+
+    def unflatten_population(self, flat: FlatPopulation) -> Population:
+        """A population module from a `[P, D]` array; static parts are not copied."""
+        return self._build(flat, batch_shape=flat.shape[:-1])
+
+    # -- internals --------------------------------------------------------------
+
+    def _build(self, flat: Array, batch_shape: tuple[int, ...]) -> Any:
+        leaves = []
+        offset = 0
+        for shape, dtype in zip(self.shapes, self.dtypes, strict=True):
+            size = math.prod(shape)
+            chunk = flat[..., offset : offset + size]
+            leaves.append(jnp.reshape(chunk, (*batch_shape, *shape)).astype(dtype))
+            offset += size
+        evolvable = jtu.tree_unflatten(self.treedef, leaves)
+        return eqx.combine(evolvable, self.static)
+
+    def _evolvable_leaves(self, tree: Any, batch_ndim: int) -> list[Array]:
+        what = "population" if batch_ndim else "genome"
+        evolvable = eqx.filter(tree, self.filter_spec)
+        leaves, treedef = jtu.tree_flatten(evolvable)
+        if treedef != self.treedef:
+            raise ValueError(
+                f"{what}: its structure differs from the genome the strategy was "
+                f"built with.\n  expected: {self.treedef}\n  received: {treedef}"
+            )
+        for leaf, shape in zip(leaves, self.shapes, strict=True):
+            ndim_ok = leaf.ndim == len(shape) + batch_ndim
+            if not ndim_ok or tuple(leaf.shape[batch_ndim:]) != shape:
+                expected = ("P", *shape) if batch_ndim else shape
+                raise ValueError(
+                    f"{what}: an evolvable leaf has shape {tuple(leaf.shape)}, "
+                    "expected "
+                    f"{expected}."
+                )
+        return leaves

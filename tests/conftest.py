@@ -1,0 +1,46 @@
+"""Test configuration: strict dtype promotion, seeded keys, a small Hypothesis profile.
+
+beartype checking of every eqxevo function is switched on by
+`--jaxtyping-packages=eqxevo,beartype.beartype` in pyproject.toml.
+"""
+
+import os
+import zlib
+
+import hypothesis
+import jax
+import jax.random as jr
+import pytest
+
+# eqxevo itself must be strict-clean; evosax is not, and eqxevo traces it under
+# standard promotion on purpose (see strategy._standard_promotion).
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+hypothesis.settings.register_profile(
+    "eqxevo",
+    # Compilation dominates: few, small examples; no deadline (first calls compile).
+    max_examples=int(os.environ.get("EQXEVO_HYPOTHESIS_EXAMPLES", "8")),
+    deadline=None,
+    suppress_health_check=[
+        hypothesis.HealthCheck.too_slow,
+        hypothesis.HealthCheck.function_scoped_fixture,
+        hypothesis.HealthCheck.data_too_large,
+    ],
+    print_blob=True,
+)
+hypothesis.settings.load_profile("eqxevo")
+
+
+@pytest.fixture
+def seed(request: pytest.FixtureRequest) -> int:
+    """A per-test seed (override with EQXEVO_TEST_SEED); printed for reruns."""
+    value = int(
+        os.environ.get("EQXEVO_TEST_SEED", zlib.crc32(request.node.nodeid.encode()))
+    )
+    print(f"test seed: {value} (rerun with EQXEVO_TEST_SEED={value})")
+    return value
+
+
+@pytest.fixture
+def key(seed: int) -> jax.Array:
+    return jr.key(seed)

@@ -1,0 +1,247 @@
+import functools
+
+import equinox as eqx
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+from helpers import Net, noisy_sphere, sphere, tree_equal
+from hypothesis import given
+
+import eqxevo
+from eqxevo import NonFiniteFitnessError, Strategy
+from eqxevo.evolve import _run_chunk, generation_keys
+
+
+@functools.cache
+def strategy_for(name: str, maximize: bool = False) -> Strategy:
+    return Strategy(name, Net(key=jr.key(0)), 8, maximize=maximize)
+
+
+def hand_written_loop(strategy, fitness_fn, key, num_generations):
+    """The documented key schedule, one jitted call at a time."""
+    init_key, run_key = jr.split(key)
+    state = strategy.init(init_key)
+    best = []
+    for g in range(num_generations):
+        ask_key, eval_key, tell_key = generation_keys(run_key, g)
+        population, state = strategy.ask(ask_key, state)
+        fitness, _ = eqxevo.evaluate(
+            fitness_fn, population, eval_key, filter_spec=strategy.filter_spec
+        )
+        state, metrics = strategy.tell(tell_key, population, fitness, state)
+        best.append(metrics["best"])
+    return state, np.asarray(best)
+
+
+@pytest.mark.parametrize("name", ["snes", "simple_ga", "differential_evolution"])
+def test_evolve_equals_hand_written_loop(name, key):
+    strategy = strategy_for(name)
+    result = eqxevo.evolve(strategy, noisy_sphere, key, num_generations=5, chunk_size=2)
+    state, best = hand_written_loop(strategy, noisy_sphere, key, 5)
+    assert tree_equal(result.state, state)
+    np.testing.assert_array_equal(result.history["best"], best)
+    np.testing.assert_array_equal(result.history["generation"], np.arange(5))
+    assert tree_equal(result.best_genome, strategy.best(state))
+
+
+@given(chunk_size=st.integers(1, 8))
+def test_evolve_does_not_depend_on_chunk_size(chunk_size):
+    strategy = strategy_for("snes")
+    reference = eqxevo.evolve(
+        strategy, noisy_sphere, jr.key(3), num_generations=7, chunk_size=7
+    )
+    result = eqxevo.evolve(
+        strategy, noisy_sphere, jr.key(3), num_generations=7, chunk_size=chunk_size
+    )
+    assert tree_equal(result.state, reference.state)
+    assert tree_equal(result.history, reference.history)
+
+
+@pytest.mark.parametrize("name", ["snes", "simple_ga"])
+def test_num_seeds_equals_separate_runs(name, key):
+    strategy = strategy_for(name)
+    batched = eqxevo.evolve(strategy, noisy_sphere, key, num_generations=4, num_seeds=3)
+    assert batched.history["best"].shape == (3, 4)
+    assert batched.best_fitness.shape == (3,)
+    assert batched.best_genome.weight.shape == (3, 3, 2)
+    assert batched.best_genome.edges.shape == (5,)  # static stays shared
+    for k, seed_key in enumerate(jr.split(key, 3)):
+        single = eqxevo.evolve(strategy, noisy_sphere, seed_key, num_generations=4)
+        assert tree_equal(
+            jax.tree.map(lambda x, k=k: x[k], batched.state), single.state
+        )
+        np.testing.assert_array_equal(
+            batched.history["best"][k], single.history["best"]
+        )
+        np.testing.assert_array_equal(
+            batched.history["aux"]["norm"][k], single.history["aux"]["norm"]
+        )
+
+
+def test_evolve_compiles_once_across_generations_and_calls(key):
+    strategy = Strategy("snes", Net(key=key), 6)
+    before = eqx.debug.get_num_traces(_run_chunk)
+    # 23 generations in chunks of 5: four full chunks and a masked partial one.
+    eqxevo.evolve(strategy, sphere, key, num_generations=23, chunk_size=5)
+    assert eqx.debug.get_num_traces(_run_chunk) == before + 1
+    eqxevo.evolve(strategy, sphere, jr.fold_in(key, 1), num_generations=8, chunk_size=5)
+    assert eqx.debug.get_num_traces(_run_chunk) == before + 1
+
+
+def test_user_scan_of_ask_tell_traces_once(key):
+    strategy = strategy_for("snes")
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def generation(state, gen_key):
+        ask_key, eval_key, tell_key = jr.split(gen_key, 3)
+        population, state = strategy.ask(ask_key, state)
+        fitness, _ = eqxevo.evaluate(sphere, population, eval_key)
+        return strategy.tell(tell_key, population, fitness, state)[0]
+
+    state = strategy.init(key)
+    for g in range(4):  # a second trace would raise
+        state = generation(state, jr.fold_in(key, g))
+    assert int(state.generation) == 4
+
+
+def test_resumed_run_equals_uninterrupted_run(key):
+    strategy = strategy_for("simple_ga")
+    full = eqxevo.evolve(strategy, noisy_sphere, key, num_generations=6)
+    first = eqxevo.evolve(strategy, noisy_sphere, key, num_generations=4)
+    rest = eqxevo.evolve(
+        strategy, noisy_sphere, key, num_generations=2, state=first.state
+    )
+    assert tree_equal(rest.state, full.state)
+    np.testing.assert_array_equal(rest.history["generation"], [4, 5])
+    np.testing.assert_array_equal(rest.history["best"], full.history["best"][4:])
+
+
+def test_callback_receives_each_chunk_on_the_host(key):
+    received = []
+    eqxevo.evolve(
+        strategy_for("snes"),
+        sphere,
+        key,
+        num_generations=7,
+        chunk_size=3,
+        callback=received.append,
+    )
+    assert [list(h["generation"]) for h in received] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert all(isinstance(h["best"], np.ndarray) for h in received)
+
+
+def test_history_is_in_the_users_sign(key):
+    strategy = strategy_for("snes", maximize=True)
+    result = eqxevo.evolve(strategy, lambda g, k: -sphere(g, k), key, num_generations=5)
+    h = result.history
+    np.testing.assert_array_equal(h["best"], h["max"])
+    assert (h["min"] <= h["mean"]).all() and (h["mean"] <= h["max"]).all()
+    np.testing.assert_array_equal(h["best_so_far"], np.maximum.accumulate(h["best"]))
+    assert float(result.best_fitness) == h["best"].max()
+
+
+# -- non-finite fitness -------------------------------------------------------------
+
+
+def explode(genome, key):
+    """NaN for genomes whose first weight is positive, +inf for the third bias > 1."""
+    value = sphere(genome, key)
+    value = jnp.where(genome.weight[0, 0] > 0, jnp.nan, value)
+    return jnp.where(genome.bias[1] > 1.0, jnp.inf, value)
+
+
+def count_nonfinite(strategy, key, num_generations):
+    init_key, run_key = jr.split(key)
+    state = strategy.init(init_key)
+    counts, best_finite = [], []
+    for g in range(num_generations):
+        ask_key, eval_key, tell_key = generation_keys(run_key, g)
+        population, state = strategy.ask(ask_key, state)
+        fitness, _ = eqxevo.evaluate(explode, population, eval_key)
+        counts.append(int((~jnp.isfinite(fitness)).sum()))
+        best_finite.append(
+            float(jnp.min(jnp.where(jnp.isfinite(fitness), fitness, jnp.inf)))
+        )
+        state, _ = strategy.tell(tell_key, population, fitness, state)
+    return counts, best_finite
+
+
+@pytest.mark.parametrize(
+    "name", ["snes", "simple_ga", "differential_evolution", "pgpe"]
+)
+def test_nonfinite_fitness_ranks_worst_and_is_counted(name, key):
+    # From a zero genome about half of the samples have weight[0, 0] > 0 (NaN).
+    zero = jax.tree.map(
+        lambda x: jnp.zeros_like(x) if eqx.is_inexact_array(x) else x, Net(key=key)
+    )
+    strategy = Strategy(name, zero, 8, init_scale=1.0)
+    result = eqxevo.evolve(strategy, explode, key, num_generations=6)
+    counts, best_finite = count_nonfinite(strategy, key, 6)
+    np.testing.assert_array_equal(result.history["num_nonfinite"], counts)
+    assert sum(counts) > 0, "the test needs some non-finite genomes"
+    # the strategy state never holds NaN, and the best genome has finite fitness
+    for leaf in jax.tree.leaves(result.state):
+        if jnp.issubdtype(leaf.dtype, jnp.floating):
+            assert not np.isnan(np.asarray(leaf)).any()
+    assert np.isfinite(float(result.best_fitness))
+    assert float(result.best_fitness) == pytest.approx(min(best_finite))
+    assert np.isfinite(float(explode(result.best_genome, key)))
+
+
+def test_nonfinite_policy_raise_names_the_generation(key):
+    zero = jax.tree.map(
+        lambda x: jnp.zeros_like(x) if eqx.is_inexact_array(x) else x, Net(key=key)
+    )
+    strategy = Strategy("snes", zero, 8)
+
+    def grows_then_fails(genome, key):
+        # Minimising -sum(weight) pushes the weights up until weight[0, 0]
+        # crosses 1, some generations in: then the fitness turns NaN.
+        del key
+        value = -jnp.sum(genome.weight)
+        return jnp.where(genome.weight[0, 0] > 1.0, jnp.nan, value)
+
+    clean = eqxevo.evolve(strategy, grows_then_fails, key, num_generations=40)
+    bad_generations = np.flatnonzero(clean.history["num_nonfinite"])
+    assert bad_generations.size, "the test needs a generation with NaN fitness"
+    first = int(bad_generations[0])
+    assert first > 0
+    with pytest.raises(NonFiniteFitnessError, match=f"at generation {first}") as info:
+        eqxevo.evolve(
+            strategy,
+            grows_then_fails,
+            key,
+            num_generations=40,
+            chunk_size=4,
+            on_nonfinite="raise",
+        )
+    assert info.value.generation == first
+    assert info.value.count == clean.history["num_nonfinite"][first]
+    # the state attached is the last good one: just before the bad generation
+    assert int(info.value.state.generation) == first
+    np.testing.assert_array_equal(
+        np.asarray(info.value.state.best_flat),
+        np.asarray(
+            eqxevo.evolve(
+                strategy, grows_then_fails, key, num_generations=first
+            ).state.best_flat
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"num_generations": 0}, "num_generations"),
+        ({"num_generations": 3, "chunk_size": 0}, "chunk_size"),
+        ({"num_generations": 3, "num_seeds": 0}, "num_seeds"),
+        ({"num_generations": 3, "on_nonfinite": "ignore"}, "on_nonfinite"),
+    ],
+)
+def test_evolve_rejects_bad_arguments(kwargs, match, key):
+    with pytest.raises((ValueError, TypeError), match=match):
+        eqxevo.evolve(strategy_for("snes"), sphere, key, **kwargs)
