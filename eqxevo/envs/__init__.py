@@ -1,0 +1,3 @@
+"""Environments behind one functional, gymnax-compatible protocol."""
+
+from .base import AbstractEnv as AbstractEnv

@@ -1,0 +1,53 @@
+"""The environment protocol: functional, gymnax-compatible.
+
+    obs, state = env.reset(key, params)
+    obs, state, reward, done, info = env.step(key, state, action, params)
+
+Environments are Equinox modules holding only static configuration (sizes,
+number of steps per episode); everything that varies between experiments lives
+in `params`, a pytree. Variants (source placement, gradient length scale,
+noise, ...) are different params run by the same compiled program, and can be
+vmapped. Actions are float vectors of size `action_size` (policies output
+values in [-1, 1]); observations are float vectors of size `obs_size`.
+
+`step` never resets by itself: the rollout resets on `done`.
+"""
+
+import abc
+from typing import Any
+
+import equinox as eqx
+
+from .._types import Array, Bool, Float, PRNGKey, Scalar
+
+EnvParams = Any
+EnvState = Any
+
+
+class AbstractEnv(eqx.Module):
+    """A functional environment with gymnax's `reset`/`step` signatures."""
+
+    obs_size: eqx.AbstractVar[int]
+    action_size: eqx.AbstractVar[int]
+
+    @abc.abstractmethod
+    def default_params(self) -> EnvParams:
+        """The environment's default parameters (a pytree)."""
+
+    @abc.abstractmethod
+    def reset(
+        self, key: PRNGKey, params: EnvParams
+    ) -> tuple[Float[Array, " obs"], EnvState]:
+        """Start an episode."""
+
+    @abc.abstractmethod
+    def step(
+        self,
+        key: PRNGKey,
+        state: EnvState,
+        action: Float[Array, " action"],
+        params: EnvParams,
+    ) -> tuple[
+        Float[Array, " obs"], EnvState, Scalar, Bool[Array, ""], dict[str, Array]
+    ]:
+        """Advance one step: `(obs, state, reward, done, info)`."""
