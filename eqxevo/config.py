@@ -1,0 +1,290 @@
+"""Experiment configs: frozen dataclasses <-> TOML, validated.
+
+An experiment is four tables:
+
+    [env]       name = "chemotaxis"; [env.params] overrides the env's params;
+                [env.options] are its constructor arguments
+    [net]       name = "sparse_rate"; [net.options] are constructor arguments
+    [strategy]  name = "snes" (any eqxevo.Strategy algorithm), population_size,
+                init_scale; [strategy.params] overrides evosax Params
+    [run]       generations, lifetime (steps), seed, num_seeds, chunk_size,
+                checkpoint_every, keep_checkpoints, on_nonfinite
+
+Every key is checked: an unknown key, a value of the wrong type or out of range
+raises `ConfigError` naming the key and what is allowed. `--set key=value`
+overrides use the same dotted keys (`--set run.generations=50`,
+`--set env.params.noise=0.1`); values are parsed as TOML, else kept as strings.
+"""
+
+import dataclasses
+import difflib
+import math
+import tomllib
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    """A config key is unknown, of the wrong type, or out of range."""
+
+
+def _spec(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    min: int | float | None = None,
+    above: int | float | None = None,
+    factory: Any = dataclasses.MISSING,
+) -> Any:
+    """A config field: `min` is an inclusive bound, `above` an exclusive one."""
+    metadata = {"help": help, "min": min, "above": above}
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+    """Which environment, its parameters (variants) and constructor options."""
+
+    name: str = _spec("chemotaxis", help="environment name (see `eqxevo run --help`)")
+    params: Mapping[str, Any] = _spec(
+        factory=dict, help="overrides of the environment's default params"
+    )
+    options: Mapping[str, Any] = _spec(
+        factory=dict, help="constructor arguments of the environment"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class NetConfig:
+    """Which network (the genome) and its constructor options."""
+
+    name: str = _spec("sparse_rate", help="network name")
+    options: Mapping[str, Any] = _spec(
+        factory=dict, help="constructor arguments of the network"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyConfig:
+    """The evolution strategy and its population."""
+
+    name: str = _spec("snes", help="evosax name, preset name or preset .toml path")
+    population_size: int = _spec(256, min=2, help="genomes per generation (P)")
+    init_scale: float = _spec(
+        0.1, above=0.0, help="spread of population-based algorithms' first population"
+    )
+    params: Mapping[str, Any] = _spec(factory=dict, help="evosax Params overrides")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """How long, how many seeds, how often to checkpoint."""
+
+    generations: int = _spec(200, min=1, help="generations to run")
+    lifetime: int = _spec(1000, min=1, help="environment steps per lifetime (T)")
+    seed: int = _spec(0, min=0, help="root seed of the run")
+    num_seeds: int = _spec(1, min=1, help="independent runs in one program")
+    chunk_size: int = _spec(10, min=1, help="generations per compiled chunk")
+    checkpoint_every: int = _spec(50, min=1, help="generations between checkpoints")
+    keep_checkpoints: int = _spec(3, min=1, help="checkpoints kept on disk")
+    on_nonfinite: Literal["rank_worst", "raise"] = _spec(
+        "rank_worst", help="what NaN/inf fitness does"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """A whole experiment; `eqxevo run` with no config uses the defaults."""
+
+    env: EnvConfig = _spec(factory=EnvConfig, help="environment")
+    net: NetConfig = _spec(factory=NetConfig, help="network")
+    strategy: StrategyConfig = _spec(factory=StrategyConfig, help="strategy")
+    run: RunConfig = _spec(factory=RunConfig, help="run length and bookkeeping")
+
+
+# -- validation ---------------------------------------------------------------------
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if dataclasses.is_dataclass(tp):
+        return "a table"
+    if typing.get_origin(tp) in (Mapping, dict):
+        return "a table"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _check_value(key: str, tp: Any, value: Any, metadata: Mapping[str, Any]) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(
+                f"{key} = {value!r}; allowed: {', '.join(map(repr, allowed))}"
+            )
+        return value
+    if origin in (Mapping, dict):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key} must be a table; got {value!r}")
+        return dict(value)
+    if tp is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        value = float(value) if ok else value
+        if ok and not math.isfinite(value):
+            ok = False
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is str:
+        ok = isinstance(value, str)
+    elif tp is bool:
+        ok = isinstance(value, bool)
+    else:  # pragma: no cover - every field type is listed above
+        raise TypeError(f"unsupported config type {tp!r}")
+    if not ok:
+        raise ConfigError(f"{key} must be {_type_name(tp)}; got {value!r}")
+    minimum, above = metadata.get("min"), metadata.get("above")
+    if minimum is not None and value < minimum:
+        raise ConfigError(
+            f"{key} = {value!r} is out of range; it must be >= {minimum:g}"
+        )
+    if above is not None and value <= above:
+        raise ConfigError(f"{key} = {value!r} is out of range; it must be > {above:g}")
+    return value
+
+
+def _from_mapping(cls: Any, data: Mapping[str, Any], prefix: str) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(key, list(fields), n=1)
+        hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+        raise ConfigError(
+            f"unknown key {prefix}{key}{hint}; allowed in "
+            f"[{prefix.rstrip('.') or 'top level'}]: {', '.join(fields)}"
+        )
+    values = {}
+    for name, value in data.items():
+        tp = hints[name]
+        key = f"{prefix}{name}"
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"[{key}] must be a table; got {value!r}")
+            values[name] = _from_mapping(tp, value, f"{key}.")
+        else:
+            values[name] = _check_value(key, tp, value, fields[name].metadata)
+    return cls(**values)
+
+
+def from_dict(data: Mapping[str, Any]) -> Experiment:
+    """Build a validated `Experiment` from nested mappings (missing keys default)."""
+    return _from_mapping(Experiment, data, "")
+
+
+def to_dict(experiment: Experiment) -> dict[str, Any]:
+    """Nested plain dicts of every value (defaults included)."""
+    return dataclasses.asdict(experiment)
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw  # a bare word such as chemotaxis
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Apply `key=value` overrides (dotted keys) to nested dicts, in place."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(
+                f"--set {item!r}: expected key=value, e.g. run.generations=50"
+            )
+        key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        if not all(parts):
+            raise ConfigError(f"--set {item!r}: empty part in key {key!r}")
+        node = data
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {item!r}: {part!r} is not a table")
+            node = child
+        node[parts[-1]] = _parse_value(raw.strip())
+    return data
+
+
+def load(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Experiment:
+    """Read a TOML experiment (or the defaults when `path` is None), apply overrides.
+
+    Raises:
+        ConfigError: unreadable TOML, unknown key, wrong type, out-of-range value;
+            the message names the key.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except OSError as err:
+            raise ConfigError(f"cannot read config {path}: {err}") from err
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"config {path} is not valid TOML: {err}") from err
+    return from_dict(apply_overrides(data, overrides))
+
+
+# -- writing ------------------------------------------------------------------------
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) to TOML")
+
+
+def _toml_table(data: Mapping[str, Any], name: str, lines: list[str]) -> None:
+    scalars = {k: v for k, v in data.items() if not isinstance(v, Mapping)}
+    tables = {k: v for k, v in data.items() if isinstance(v, Mapping)}
+    if name:
+        lines.append(f"\n[{name}]")
+    lines.extend(f"{k} = {_toml_value(v)}" for k, v in scalars.items())
+    for k, v in tables.items():
+        _toml_table(v, f"{name}.{k}" if name else k, lines)
+
+
+def dumps(experiment: Experiment) -> str:
+    """The experiment as TOML text (every value, defaults included)."""
+    lines: list[str] = [
+        "# eqxevo experiment (resolved: every value, defaults included)"
+    ]
+    _toml_table(to_dict(experiment), "", lines)
+    return "\n".join(lines).strip() + "\n"
+
+
+def describe() -> str:
+    """Every config key with its default and meaning, for `--help` texts."""
+    rows = []
+    default = Experiment()
+    for section in dataclasses.fields(Experiment):
+        for f in dataclasses.fields(getattr(default, section.name)):
+            value = getattr(getattr(default, section.name), f.name)
+            shown = "{}" if isinstance(value, Mapping) else repr(value)
+            rows.append(f"{section.name}.{f.name} = {shown}  # {f.metadata['help']}")
+    return "\n".join(rows)

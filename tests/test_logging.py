@@ -1,0 +1,78 @@
+import io
+import json
+
+import numpy as np
+import pytest
+
+from eqxevo.logging import MetricsLog, Progress, history_records, plot_fitness
+
+
+def chunk(generations, seeds=None):
+    g = np.asarray(generations)
+    shape = (len(g),) if seeds is None else (seeds, len(g))
+    base = np.broadcast_to(g, shape).astype(np.float32)
+    return {
+        "generation": np.broadcast_to(g, shape),
+        "best": base,
+        "mean": base - 1,
+        "best_so_far": base,
+        "num_nonfinite": np.zeros(shape, np.int32),
+        "aux": {"steps": base * 10, "vector": np.zeros((*shape, 3))},
+    }
+
+
+def test_records_one_per_generation_and_seed():
+    records = history_records(chunk([4, 5], seeds=3))
+    assert [(r["generation"], r["seed"]) for r in records] == [
+        (4, 0),
+        (4, 1),
+        (4, 2),
+        (5, 0),
+        (5, 1),
+        (5, 2),
+    ]
+    assert records[0]["aux.steps"] == 40.0
+    assert "aux.vector" not in records[0]  # only scalars become fields
+    single = history_records(chunk([0]))
+    assert "seed" not in single[0]
+
+
+def test_nonfinite_values_become_null():
+    h = chunk([0])
+    h["mean"] = np.array([np.nan])
+    (record,) = history_records(h)
+    assert record["mean"] is None
+    json.dumps(record, allow_nan=False)
+
+
+def test_metrics_log_appends_and_truncates(tmp_path):
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    log.append(history_records(chunk([0, 1, 2])))
+    log.append(history_records(chunk([3, 4])))
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"generation": 5, "be')  # a line cut short by a crash
+    log.truncate(3)
+    assert [r["generation"] for r in log.read()] == [0, 1, 2]
+
+
+def test_progress_plain_lines_when_not_a_terminal():
+    out = io.StringIO()
+    with Progress(10, 100, stream=out, every=0.0) as progress:
+        progress.update(history_records(chunk([0, 1, 2])))
+    text = out.getvalue()
+    assert "generation 3/10" in text and "agent-steps/s" in text and "eta" in text
+
+
+def test_progress_quiet_prints_nothing():
+    out = io.StringIO()
+    with Progress(10, 100, stream=out, quiet=True) as progress:
+        progress.update(history_records(chunk([0])))
+    assert out.getvalue() == ""
+
+
+@pytest.mark.parametrize("seeds", [None, 3])
+def test_plot_fitness_writes_a_png(tmp_path, seeds):
+    path = plot_fitness(
+        history_records(chunk(list(range(6)), seeds)), tmp_path / "f.png"
+    )
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
