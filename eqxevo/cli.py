@@ -1,110 +1,213 @@
-"""`eqxevo` command line: run experiments and list strategies.
+"""`eqxevo` command line: run, resume and plot experiments; list strategies.
 
-Every command calls the same `eqxevo.evolve` as the Python API.
+Every command goes through `eqxevo.experiment`, which calls the same
+`eqxevo.evolve` as the Python API and the benchmark.
 """
 
+import json
+import signal
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import click
-import equinox as eqx
-import jax
-import jax.numpy as jnp
-import jax.random as jr
 
-from .evolve import evolve
-from .registry import strategies as list_strategies
-from .strategy import Strategy
+from . import config as config_module
+from .checkpoint import CheckpointError
+from .config import ConfigError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-@click.group(
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
-)
+def _fail(err: Exception) -> None:
+    raise click.ClickException(str(err)) from err
+
+
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM (a cluster's preemption notice) checkpoints like Ctrl-C does."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+@click.group(context_settings=CONTEXT)
 @click.version_option(package_name="eqxevo")
 def main() -> None:
     """eqxevo: neuroevolution with Equinox genomes and evosax strategies.
 
     \b
     Examples:
-      eqxevo run                 # the default experiment
-      eqxevo strategies          # every algorithm and preset
+      eqxevo run                              # the default experiment (L0 chemotaxis)
+      eqxevo run exp.toml --set run.generations=50 --num-seeds 4
+      eqxevo resume runs/chemotaxis-sparse_rate-snes-20261122-120000
+      eqxevo plot runs/chemotaxis-sparse_rate-snes-20261122-120000
+      eqxevo strategies
     """
 
 
-@main.command()
+@main.command(context_settings=CONTEXT)
+@click.argument("config", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option(
-    "--strategy",
-    "algorithm",
-    default="snes",
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config key, e.g. --set run.generations=50 (repeatable).",
+)
+@click.option(
+    "--num-seeds", type=click.IntRange(1), help="Independent runs in one program."
+)
+@click.option(
+    "--out",
+    default="runs",
     show_default=True,
-    help="An evosax name, a preset name or a preset .toml file.",
+    type=click.Path(file_okay=False),
+    help="Folder that receives the run directory.",
 )
-@click.option(
-    "--population-size", default=64, show_default=True, type=click.IntRange(2)
-)
-@click.option("--generations", default=300, show_default=True, type=click.IntRange(1))
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--quiet", is_flag=True, help="Print only the final result.")
+@click.option("--name", help="Run directory name (default: env-net-strategy-time).")
+@click.option("--quiet", is_flag=True, help="No progress output.")
 def run(
-    algorithm: str, population_size: int, generations: int, seed: int, quiet: bool
+    config: str | None,
+    overrides: tuple[str, ...],
+    num_seeds: int | None,
+    out: str,
+    name: str | None,
+    quiet: bool,
 ) -> None:
-    """Run the default experiment: evolve an MLP to fit sin(x) on [-3, 3].
+    """Run an experiment: CONFIG.toml, or the default (L0 chemotaxis, sparse rate
+    network, SNES preset, P=256, T=1000).
+
+    Writes a run directory with config.toml, metrics.jsonl, fitness.png,
+    best_genome.eqx, summary.json and checkpoints/. Ctrl-C checkpoints and stops;
+    `eqxevo resume` continues bit-for-bit.
+
+    \b
+    Config keys (TOML tables [env], [net], [strategy], [run]) and defaults:
+    """
+    from . import experiment as experiment_module
+
+    items = list(overrides) + ([f"run.num_seeds={num_seeds}"] if num_seeds else [])
+    try:
+        experiment = config_module.load(config, items)
+    except ConfigError as err:
+        _fail(err)
+        return
+    if name is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        env = experiment.env.name.replace(":", "-").replace("/", "-")
+        name = (
+            f"{env}-{experiment.net.name}-{Path(experiment.strategy.name).stem}-{stamp}"
+        )
+    run_dir = Path(out) / name
+    _sigterm_as_interrupt()
+    try:
+        summary = experiment_module.run(experiment, run_dir, quiet=quiet)
+    except KeyboardInterrupt:
+        click.echo(
+            f"\ninterrupted; checkpoint saved. Continue with: eqxevo resume {run_dir}",
+            err=True,
+        )
+        sys.exit(130)
+    except (ConfigError, CheckpointError, experiment_module.RunDirError) as err:
+        _fail(err)
+        return
+    _report(run_dir, summary)
+
+
+def _report(run_dir: Path, summary: dict[str, Any]) -> None:
+    click.echo(
+        f"best fitness {summary['best_fitness']:.5g} after {summary['generations']} "
+        f"generations ({summary['wall_time_s']:.1f} s, "
+        f"{summary['agent_steps_per_s']:.3g} agent-steps/s)\nrun directory: {run_dir}"
+    )
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Change run.generations (or chunk/checkpoint settings), e.g. to extend a run.",
+)
+@click.option("--quiet", is_flag=True, help="No progress output.")
+def resume(run_dir: str, overrides: tuple[str, ...], quiet: bool) -> None:
+    """Continue RUN_DIR from its newest checkpoint, bit-for-bit.
 
     \b
     Example:
-      eqxevo run --strategy cma_es --generations 200
+      eqxevo resume runs/my-run
+      eqxevo resume runs/my-run --set run.generations=400   # run longer
     """
-    model_key, run_key = jr.split(jr.key(seed))
-    mlp = eqx.nn.MLP(1, 1, 16, 2, activation=jnp.tanh, key=model_key)
-    xs = jnp.linspace(-3.0, 3.0, 64)[:, None]
-    ys = jnp.sin(xs)
+    from . import experiment as experiment_module
 
-    def fitness(genome: eqx.nn.MLP, key: jax.Array) -> jax.Array:
-        del key
-        return -jnp.mean((jax.vmap(genome)(xs) - ys) ** 2)
-
+    _sigterm_as_interrupt()
     try:
-        strategy = Strategy(algorithm, mlp, population_size, maximize=True)
-    except (ValueError, TypeError) as err:
-        raise click.BadParameter(str(err), param_hint="--strategy") from err
-    click.echo(
-        f"evolving an MLP ({strategy.num_params} weights) with {strategy.name}, "
-        f"P={population_size}, {generations} generations on {jax.default_backend()}"
-    )
-    start = time.perf_counter()
-
-    def report(history: dict) -> None:
-        if quiet:
-            return
-        g = int(history["generation"][-1])
+        summary = experiment_module.resume(Path(run_dir), overrides, quiet=quiet)
+    except KeyboardInterrupt:
         click.echo(
-            f"generation {g + 1:5d}/{generations}  best {history['best'][-1]:+.5f}  "
-            f"mean {history['mean'][-1]:+.5f}  ({time.perf_counter() - start:.1f}s)"
+            f"\ninterrupted; checkpoint saved. Continue with: eqxevo resume {run_dir}",
+            err=True,
         )
-
-    result = evolve(
-        strategy,
-        fitness,
-        run_key,
-        num_generations=generations,
-        chunk_size=max(1, generations // 10),
-        callback=report,
-    )
-    mse = -float(result.best_fitness)
-    click.echo(
-        f"best mean squared error {mse:.5f} "
-        f"(a constant predictor scores {float(jnp.var(ys)):.5f})"
-    )
+        sys.exit(130)
+    except (ConfigError, CheckpointError, experiment_module.RunDirError) as err:
+        _fail(err)
+        return
+    _report(Path(run_dir), summary)
 
 
-@main.command()
-def strategies() -> None:
+@main.command(context_settings=CONTEXT)
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--steps",
+    default=None,
+    type=click.IntRange(1),
+    help="Lifetime steps to draw for the trajectory (default: run.lifetime).",
+)
+def plot(run_dir: str, steps: int | None) -> None:
+    """Draw RUN_DIR's fitness curves (mean and spread over seeds) and the best
+    agent's trajectory.
+
+    \b
+    Example:
+      eqxevo plot runs/my-run
+    """
+    from . import experiment as experiment_module
+    from .logging import MetricsLog, plot_fitness
+
+    path = Path(run_dir)
+    records = MetricsLog(path / "metrics.jsonl").read()
+    if not records:
+        _fail(ValueError(f"{path} has no metrics.jsonl records to plot"))
+    written = [plot_fitness(records, path / "fitness.png")]
+    if (path / "best_genome.eqx").exists():
+        try:
+            written.append(experiment_module.plot_best(path, steps))
+        except (ConfigError, NotImplementedError) as err:
+            click.echo(f"no trajectory plot: {err}", err=True)
+    for p in written:
+        click.echo(str(p))
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def strategies(as_json: bool) -> None:
     """List every evosax algorithm and shipped preset usable by name.
 
     \b
     Example:
       eqxevo strategies
     """
+    from .registry import strategies as list_strategies
+
     rows = list_strategies()
+    if as_json:
+        click.echo(json.dumps([r.__dict__ for r in rows], indent=2))
+        return
     width = max(len(r.name) for r in rows)
     titles = {"preset": "eqxevo presets", "evosax": "evosax algorithms (defaults)"}
     for kind, title in titles.items():
@@ -112,3 +215,8 @@ def strategies() -> None:
         for r in rows:
             if r.kind == kind:
                 click.echo(f"  {r.name:<{width}}  {r.family:<12}  {r.description}")
+
+
+# The run command's help lists every config key with its default.
+if run.help is not None:
+    run.help += "\n\n\b\n" + config_module.describe()
