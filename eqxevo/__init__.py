@@ -9,6 +9,7 @@ from .evolve import (
 )
 from .genome import GenomeLayout as GenomeLayout
 from .registry import PresetError as PresetError, strategies as strategies
+from .rollout import Trajectory as Trajectory, record as record, rollout as rollout
 from .strategy import Strategy as Strategy, StrategyState as StrategyState
 
 __version__ = "0.1.0"

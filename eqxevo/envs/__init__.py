@@ -1,3 +1,37 @@
-"""Environments behind one functional, gymnax-compatible protocol."""
+"""Environments behind one functional, gymnax-compatible protocol.
 
+- `Chemotaxis` (L0), `Foraging` (L2), `LongHorizon` (L4): the milestone arena
+  environments, with their params (`ChemotaxisParams`, ...).
+- `GymnaxEnv`: any gymnax environment by name (needs the `rl` extra; imported on
+  first use).
+- `eqxevo.envs.render`: PNG pictures of a recorded lifetime.
+"""
+
+from typing import Any
+
+from .arena import AbstractArenaEnv as AbstractArenaEnv
 from .base import AbstractEnv as AbstractEnv
+from .chemotaxis import (
+    Chemotaxis as Chemotaxis,
+    ChemotaxisParams as ChemotaxisParams,
+    ChemotaxisState as ChemotaxisState,
+)
+from .foraging import (
+    Foraging as Foraging,
+    ForagingParams as ForagingParams,
+    ForagingState as ForagingState,
+)
+from .long_horizon import (
+    LongHorizon as LongHorizon,
+    LongHorizonParams as LongHorizonParams,
+    LongHorizonState as LongHorizonState,
+)
+
+
+def __getattr__(name: str) -> Any:
+    # gymnax is optional: import the adapter (and gymnax) only when asked for.
+    if name == "GymnaxEnv":
+        from .gymnax import GymnaxEnv
+
+        return GymnaxEnv
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

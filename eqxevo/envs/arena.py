@@ -1,0 +1,245 @@
+"""The 2-D arena of the milestone environments (L0, L2, L4): body, sensors, fields.
+
+Every arena environment shares one body and one kind of field:
+
+- **Body**: a differential-drive vehicle at `position` (x, y) with `heading`
+  (radians, wrapped to [-pi, pi)). An action is two motor commands in [-1, 1]
+  (left, right), clipped; wheel speeds are `max_speed * command`. The body moves
+  `(v_left + v_right) / 2` forward along its new heading and turns by
+  `(v_right - v_left) / axle_length` radians per step. Walls clip the position
+  to the square `[-arena_half, arena_half]^2`.
+- **Sensors**: two, at `sensor_distance` from the body's centre, at
+  `heading + sensor_angle` (left) and `heading - sensor_angle` (right).
+- **Sensing**: logarithmic (Weber-Fechner): a sensor reading is
+  `log(max(value + sensor_noise * N(0, 1), detection_floor))`, so the
+  difference between the two sensors is the relative contrast of the field,
+  whatever its level, while additive noise drowns weak fields far from their
+  sources.
+- **Fields**: analytic, no grids: a field is a sum over its sources of
+  `amount * exp(-distance / length_scale)`, the radial profile of a substance
+  diffusing from a point source and decaying as it spreads. Evaluating a field at
+  a point costs one distance and one `exp` per source.
+
+An arena environment is an `AbstractArenaEnv`: on top of `AbstractEnv` it can
+evaluate its fields anywhere (for pictures) and tell where the body is, and its
+step is split into `sample_noise(key, params)` (every random draw of one step)
+and the deterministic `transition(state, action, params, noise)`, so a
+reference implementation can replay a step exactly.
+"""
+
+import abc
+import itertools
+import math
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jax.core import Tracer
+
+from .._types import Array, Bool, Float, PRNGKey, Scalar
+from .base import AbstractEnv, EnvParams, EnvState
+
+EnvNoise = Any
+"""The random draws of one step (an Equinox module of arrays)."""
+
+Points = Float[Array, "n 2"]
+
+
+def drive(
+    position: Float[Array, "2"],
+    heading: Float[Array, ""],
+    action: Float[Array, " action"],
+    max_speed: Float[Array, ""],
+    axle_length: Float[Array, ""],
+    arena_half: Float[Array, ""],
+) -> tuple[Float[Array, "2"], Float[Array, ""]]:
+    """Differential drive: motor commands (left, right) in [-1, 1] -> new pose."""
+    command = jnp.clip(action[:2], -1.0, 1.0)
+    left = command[0] * max_speed
+    right = command[1] * max_speed
+    heading = wrap_angle(heading + (right - left) / axle_length)
+    speed = 0.5 * (left + right)
+    step = speed * jnp.stack([jnp.cos(heading), jnp.sin(heading)])
+    position = jnp.clip(position + step, -arena_half, arena_half)
+    return position, heading
+
+
+def wrap_angle(angle: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+    """Wrap radians to [-pi, pi)."""
+    return jnp.mod(angle + math.pi, 2 * math.pi) - math.pi
+
+
+def sensor_points(
+    position: Float[Array, "2"],
+    heading: Float[Array, ""],
+    sensor_distance: Float[Array, ""],
+    sensor_angle: Float[Array, ""],
+) -> Float[Array, "2 2"]:
+    """Positions of the (left, right) sensors."""
+    angles = jnp.stack([heading + sensor_angle, heading - sensor_angle])
+    offsets = jnp.stack([jnp.cos(angles), jnp.sin(angles)], axis=-1)
+    return position + sensor_distance * offsets
+
+
+def log_sensor(
+    values: Float[Array, " n"],
+    noise: Float[Array, " n"],
+    sensor_noise: Float[Array, ""],
+    detection_floor: Float[Array, ""],
+) -> Float[Array, " n"]:
+    """Log readings: `log(max(values + sensor_noise * noise, detection_floor))`."""
+    return jnp.log(jnp.maximum(values + sensor_noise * noise, detection_floor))
+
+
+def distances(points: Points, sources: Float[Array, "m 2"]) -> Float[Array, "n m"]:
+    """Euclidean distance from every point to every source."""
+    diff = points[:, None, :] - sources[None, :, :]
+    return jnp.sqrt(jnp.sum(diff * diff, axis=-1))
+
+
+def exponential_field(
+    points: Points,
+    sources: Float[Array, "m 2"],
+    amounts: Float[Array, " m"],
+    length_scale: Float[Array, ""],
+) -> Float[Array, " n"]:
+    """`sum_j amounts[j] * exp(-|point - sources[j]| / length_scale)` per point."""
+    return jnp.sum(
+        amounts * jnp.exp(-distances(points, sources) / length_scale), axis=-1
+    )
+
+
+def reflect(
+    position: Float[Array, "2"], velocity: Float[Array, "2"], bound: Float[Array, ""]
+) -> tuple[Float[Array, "2"], Float[Array, "2"]]:
+    """Reflect a point moving with `velocity` off the walls of `[-bound, bound]^2`."""
+    above, below = position > bound, position < -bound
+    position = jnp.where(above, 2 * bound - position, position)
+    position = jnp.where(below, -2 * bound - position, position)
+    velocity = jnp.where(above | below, -velocity, velocity)
+    return position, velocity
+
+
+def scalar_param(
+    name: str,
+    value: Any,
+    *,
+    dtype: Any = jnp.float32,
+    low: float | int | None = None,
+    high: float | int | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> Array:
+    """A scalar environment parameter as a strongly typed array, validated.
+
+    Concrete values outside `[low, high]` (ends open with `low_open` or
+    `high_open`) raise a `ValueError` naming the parameter; traced values
+    (params built under `jit` or `vmap`) pass unchecked.
+    """
+    if isinstance(value, Tracer):
+        return jnp.asarray(value, dtype)
+    array = np.asarray(value)
+    if array.shape != ():
+        raise ValueError(
+            f"{name} must be a scalar; got an array of shape {array.shape}"
+        )
+    number = float(array)
+    too_low = low is not None and (number <= low if low_open else number < low)
+    too_high = high is not None and (number >= high if high_open else number > high)
+    if not math.isfinite(number) or too_low or too_high:
+        lo = "-inf" if low is None else f"{low}"
+        hi = "inf" if high is None else f"{high}"
+        left = "(" if low_open or low is None else "["
+        right = ")" if high_open or high is None else "]"
+        interval = f"{left}{lo}, {hi}{right}"
+        raise ValueError(f"{name} must be finite and in {interval}; got {value!r}")
+    if jnp.issubdtype(dtype, jnp.integer) and number != int(number):
+        raise ValueError(f"{name} must be a whole number; got {value!r}")
+    return jnp.asarray(array, dtype)
+
+
+def check_order(*named: tuple[str, Any]) -> None:
+    """Concrete parameter values must be non-decreasing in the order given."""
+    for (name_a, a), (name_b, b) in itertools.pairwise(named):
+        if isinstance(a, Tracer) or isinstance(b, Tracer):
+            continue
+        if float(a) > float(b):
+            raise ValueError(
+                f"{name_a} must be <= {name_b}; got {name_a}={a!r}, {name_b}={b!r}"
+            )
+
+
+class AbstractArenaEnv(AbstractEnv):
+    """An environment whose agent is a body in the 2-D arena.
+
+    Beyond `AbstractEnv`, members provide what pictures and reference
+    implementations need: `field_names`, `fields`, `position`, `heading`,
+    `arena_half`, `landmarks`, `sample_noise` and `transition`. Their `step` is
+    `transition(state, action, params, sample_noise(key, params))`.
+    """
+
+    field_names: eqx.AbstractVar[tuple[str, ...]]
+
+    @abc.abstractmethod
+    def fields(
+        self, state: EnvState, params: EnvParams, points: Points
+    ) -> Float[Array, "n fields"]:
+        """Every field's value at `points` in `state` (noise-free)."""
+
+    @abc.abstractmethod
+    def position(self, state: EnvState) -> Float[Array, "2"]:
+        """Where the body is."""
+
+    @abc.abstractmethod
+    def heading(self, state: EnvState) -> Float[Array, ""]:
+        """Which way the body faces (radians)."""
+
+    @abc.abstractmethod
+    def arena_half(self, params: EnvParams) -> Float[Array, ""]:
+        """Half the side of the square arena."""
+
+    @abc.abstractmethod
+    def landmarks(self, state: EnvState) -> Float[Array, "fields m 2"]:
+        """Positions worth marking in a picture, per field (sources, patches)."""
+
+    @abc.abstractmethod
+    def sample_noise(self, key: PRNGKey, params: EnvParams) -> EnvNoise:
+        """Every random draw one `step` makes."""
+
+    @abc.abstractmethod
+    def transition(
+        self,
+        state: EnvState,
+        action: Float[Array, " action"],
+        params: EnvParams,
+        noise: EnvNoise,
+    ) -> tuple[
+        Float[Array, " obs"], EnvState, Scalar, Bool[Array, ""], dict[str, Array]
+    ]:
+        """The deterministic step given its random draws."""
+
+    def step(
+        self,
+        key: PRNGKey,
+        state: EnvState,
+        action: Float[Array, " action"],
+        params: EnvParams,
+    ) -> tuple[
+        Float[Array, " obs"], EnvState, Scalar, Bool[Array, ""], dict[str, Array]
+    ]:
+        return self.transition(state, action, params, self.sample_noise(key, params))
+
+
+__all__ = [
+    "AbstractArenaEnv",
+    "check_order",
+    "distances",
+    "drive",
+    "exponential_field",
+    "log_sensor",
+    "reflect",
+    "scalar_param",
+    "sensor_points",
+    "wrap_angle",
+]

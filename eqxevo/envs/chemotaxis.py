@@ -1,0 +1,290 @@
+"""L0 chemotaxis: find a diffusing source by its gradient, and stay there.
+
+A differential-drive body (see `eqxevo.envs.arena`) starts at the centre of a
+square arena facing a random direction. A single source sits at a random
+distance in `[source_min_distance, source_max_distance]` and a random bearing;
+it releases a substance whose concentration is
+`C(p) = exp(-|p - source| / length_scale)`, 1 at the source. The source may
+drift slowly (constant speed, random direction, reflected by the walls).
+
+- **Observation** (2): the log-concentration at the left and right sensors,
+  `log(max(C + sensor_noise * N(0, 1), detection_floor))` (see
+  `eqxevo.envs.arena`): their difference is the relative contrast.
+- **Action** (2): left and right motor commands in [-1, 1].
+- **Reward** per step: `exp(-distance / reward_length)`, 1 at the source;
+  summed over the lifetime it rewards reaching the source early and staying
+  near it. The lifetime's mean reward is in [0, 1].
+- **Done** when the episode has run `episode_length` steps.
+
+Variants are params (`ChemotaxisParams(length_scale=0.3, drift_speed=0.002)`):
+source placement distribution (`source_min_distance`, `source_max_distance`),
+gradient length scale (`length_scale`), sensor noise (`sensor_noise`), slow
+source drift (`drift_speed`, arena units per step), and the body itself.
+
+Per step: the drive (one sin/cos pair), the source's reflection, three
+distances and three `exp` (body and two sensors), two Gaussian draws.
+"""
+
+import math
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.random as jr
+
+from .._types import Array, Bool, Float, Int, PRNGKey, Scalar
+from .arena import (
+    AbstractArenaEnv,
+    Points,
+    check_order,
+    drive,
+    exponential_field,
+    log_sensor,
+    reflect,
+    scalar_param,
+    sensor_points,
+)
+
+
+class ChemotaxisParams(eqx.Module):
+    """Parameters of `Chemotaxis`: every field is a scalar array (vmappable).
+
+    Arguments (all keyword-only; lengths in arena units, times in steps):
+        arena_half: half the side of the square arena (> 0).
+        max_speed: wheel speed at a motor command of 1, per step (> 0).
+        axle_length: distance between the wheels; sets the turning rate (> 0).
+        sensor_distance: sensors' distance from the body's centre (>= 0).
+        sensor_angle: sensors' angle either side of the heading, radians.
+        length_scale: the concentration's length scale (> 0).
+        sensor_noise: standard deviation of the additive noise on each sensor's
+            concentration, before the log (>= 0).
+        detection_floor: the lowest concentration a sensor reports (> 0).
+        source_min_distance, source_max_distance: the source's initial
+            distance from the centre is uniform in this interval
+            (0 <= min <= max <= arena_half).
+        drift_speed: the source's speed, per step (>= 0; 0 is still).
+        reward_length: the reward's length scale (> 0).
+        episode_length: steps per episode (>= 1).
+    """
+
+    arena_half: Float[Array, ""]
+    max_speed: Float[Array, ""]
+    axle_length: Float[Array, ""]
+    sensor_distance: Float[Array, ""]
+    sensor_angle: Float[Array, ""]
+    length_scale: Float[Array, ""]
+    sensor_noise: Float[Array, ""]
+    detection_floor: Float[Array, ""]
+    source_min_distance: Float[Array, ""]
+    source_max_distance: Float[Array, ""]
+    drift_speed: Float[Array, ""]
+    reward_length: Float[Array, ""]
+    episode_length: Int[Array, ""]
+
+    def __init__(
+        self,
+        *,
+        arena_half: Any = 1.0,
+        max_speed: Any = 0.01,
+        axle_length: Any = 0.05,
+        sensor_distance: Any = 0.1,
+        sensor_angle: Any = 1.0,
+        length_scale: Any = 0.5,
+        sensor_noise: Any = 0.005,
+        detection_floor: Any = 1e-3,
+        source_min_distance: Any = 0.5,
+        source_max_distance: Any = 0.9,
+        drift_speed: Any = 0.0,
+        reward_length: Any = 0.25,
+        episode_length: Any = 1000,
+    ):
+        self.arena_half = scalar_param("arena_half", arena_half, low=0.0, low_open=True)
+        self.max_speed = scalar_param("max_speed", max_speed, low=0.0, low_open=True)
+        self.axle_length = scalar_param(
+            "axle_length", axle_length, low=0.0, low_open=True
+        )
+        self.sensor_distance = scalar_param("sensor_distance", sensor_distance, low=0.0)
+        self.sensor_angle = scalar_param(
+            "sensor_angle", sensor_angle, low=-math.pi, high=math.pi
+        )
+        self.length_scale = scalar_param(
+            "length_scale", length_scale, low=0.0, low_open=True
+        )
+        self.sensor_noise = scalar_param("sensor_noise", sensor_noise, low=0.0)
+        self.detection_floor = scalar_param(
+            "detection_floor", detection_floor, low=0.0, low_open=True
+        )
+        self.source_min_distance = scalar_param(
+            "source_min_distance", source_min_distance, low=0.0
+        )
+        self.source_max_distance = scalar_param(
+            "source_max_distance", source_max_distance, low=0.0
+        )
+        self.drift_speed = scalar_param("drift_speed", drift_speed, low=0.0)
+        self.reward_length = scalar_param(
+            "reward_length", reward_length, low=0.0, low_open=True
+        )
+        self.episode_length = scalar_param(
+            "episode_length", episode_length, dtype=jnp.int32, low=1
+        )
+        check_order(
+            ("source_min_distance", source_min_distance),
+            ("source_max_distance", source_max_distance),
+            ("arena_half", arena_half),
+        )
+
+
+class ChemotaxisState(eqx.Module):
+    """State of `Chemotaxis`."""
+
+    position: Float[Array, "2"]
+    heading: Float[Array, ""]
+    source: Float[Array, "2"]
+    source_velocity: Float[Array, "2"]
+    time: Int[Array, ""]
+
+
+class ChemotaxisNoise(eqx.Module):
+    """The random draws of one `Chemotaxis` step: standard normal sensor noise."""
+
+    sensor: Float[Array, "2"]
+
+
+class Chemotaxis(AbstractArenaEnv):
+    """L0 chemotaxis: steer up a diffusing gradient to its source and stay there.
+
+    Example:
+        >>> env = Chemotaxis()
+        >>> params = env.default_params()
+        >>> obs, state = env.reset(jr.key(0), params)
+        >>> obs, state, reward, done, info = env.step(jr.key(1), state, action, params)
+    """
+
+    obs_size: int = eqx.field(static=True, default=2)
+    action_size: int = eqx.field(static=True, default=2)
+    field_names: tuple[str, ...] = eqx.field(static=True, default=("concentration",))
+
+    def default_params(self) -> ChemotaxisParams:
+        return ChemotaxisParams()
+
+    def _sense(
+        self,
+        position: Float[Array, "2"],
+        heading: Float[Array, ""],
+        source: Float[Array, "2"],
+        params: ChemotaxisParams,
+        noise: Float[Array, "2"],
+    ) -> Float[Array, "2"]:
+        sensors = sensor_points(
+            position, heading, params.sensor_distance, params.sensor_angle
+        )
+        concentration = exponential_field(
+            sensors, source[None], jnp.ones((1,), jnp.float32), params.length_scale
+        )
+        return log_sensor(
+            concentration, noise, params.sensor_noise, params.detection_floor
+        )
+
+    def reset(
+        self, key: PRNGKey, params: ChemotaxisParams
+    ) -> tuple[Float[Array, " obs"], ChemotaxisState]:
+        heading_key, source_key, noise_key = jr.split(key, 3)
+        invalid = (
+            (params.arena_half <= 0)
+            | (params.axle_length <= 0)
+            | (params.length_scale <= 0)
+            | (params.reward_length <= 0)
+            | (params.sensor_noise < 0)
+            | (params.detection_floor <= 0)
+            | (params.source_min_distance > params.source_max_distance)
+            | (params.episode_length < 1)
+        )
+        heading = eqx.error_if(
+            jr.uniform(heading_key, (), jnp.float32, -math.pi, math.pi),
+            invalid,
+            "Chemotaxis: invalid params (need arena_half, axle_length, length_scale, "
+            "reward_length, detection_floor > 0, sensor_noise >= 0, "
+            "source_min_distance <= "
+            "source_max_distance, episode_length >= 1)",
+        )
+        u = jr.uniform(source_key, (3,), jnp.float32)
+        distance = params.source_min_distance + u[0] * (
+            params.source_max_distance - params.source_min_distance
+        )
+        bearing = 2 * math.pi * u[1]
+        drift = 2 * math.pi * u[2]
+        state = ChemotaxisState(
+            position=jnp.zeros((2,), jnp.float32),
+            heading=heading,
+            source=distance * jnp.stack([jnp.cos(bearing), jnp.sin(bearing)]),
+            source_velocity=params.drift_speed
+            * jnp.stack([jnp.cos(drift), jnp.sin(drift)]),
+            time=jnp.zeros((), jnp.int32),
+        )
+        noise = jr.normal(noise_key, (2,), jnp.float32)
+        obs = self._sense(state.position, state.heading, state.source, params, noise)
+        return obs, state
+
+    def sample_noise(self, key: PRNGKey, params: ChemotaxisParams) -> ChemotaxisNoise:
+        del params
+        return ChemotaxisNoise(sensor=jr.normal(key, (2,), jnp.float32))
+
+    def transition(
+        self,
+        state: ChemotaxisState,
+        action: Float[Array, " action"],
+        params: ChemotaxisParams,
+        noise: ChemotaxisNoise,
+    ) -> tuple[
+        Float[Array, " obs"], ChemotaxisState, Scalar, Bool[Array, ""], dict[str, Array]
+    ]:
+        position, heading = drive(
+            state.position,
+            state.heading,
+            action,
+            params.max_speed,
+            params.axle_length,
+            params.arena_half,
+        )
+        source, velocity = reflect(
+            state.source + state.source_velocity,
+            state.source_velocity,
+            params.arena_half,
+        )
+        time = state.time + 1
+        offset = position - source
+        distance = jnp.sqrt(jnp.sum(offset * offset))
+        reward = jnp.exp(-distance / params.reward_length)
+        obs = self._sense(position, heading, source, params, noise.sensor)
+        new_state = ChemotaxisState(
+            position=position,
+            heading=heading,
+            source=source,
+            source_velocity=velocity,
+            time=time,
+        )
+        done = time >= params.episode_length
+        return obs, new_state, reward, done, {"distance": distance}
+
+    def fields(
+        self, state: ChemotaxisState, params: ChemotaxisParams, points: Points
+    ) -> Float[Array, "n 1"]:
+        ones = jnp.ones((1,), jnp.float32)
+        return exponential_field(points, state.source[None], ones, params.length_scale)[
+            :, None
+        ]
+
+    def position(self, state: ChemotaxisState) -> Float[Array, "2"]:
+        return state.position
+
+    def heading(self, state: ChemotaxisState) -> Float[Array, ""]:
+        return state.heading
+
+    def arena_half(self, params: ChemotaxisParams) -> Float[Array, ""]:
+        return params.arena_half
+
+    def landmarks(self, state: ChemotaxisState) -> Float[Array, "1 1 2"]:
+        return state.source[None, None]
+
+
+__all__ = ["Chemotaxis", "ChemotaxisNoise", "ChemotaxisParams", "ChemotaxisState"]

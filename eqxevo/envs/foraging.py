@@ -1,0 +1,398 @@
+"""L2 multi-resource foraging: keep every internal reserve in balance.
+
+A differential-drive body (see `eqxevo.envs.arena`) lives in a square arena
+with `num_resources` resource types, each in `patches_per_resource` patches
+placed uniformly at random. Every resource type has its own field,
+`F_k(p) = sum_j amount_kj * exp(-|p - patch_kj| / length_scale)`, and feeds its
+own internal reserve.
+
+- **Reserves** `r_k` in [0, 1] start at `initial_reserve` and deplete by
+  `metabolic_rate` per step. Being near a patch consumes from it:
+  `eaten_kj = eat_rate * amount_kj * exp(-(d_kj / eat_radius)^2)`; reserve k
+  gains `nutrition * sum_j eaten_kj` (clipped at 1). Consumption depletes the
+  patch, which regrows: `amount += regrowth_rate * (1 - amount)`.
+- **Homeostasis** `h = 1 - max_k |r_k - setpoint| / max(setpoint, 1 - setpoint)`
+  (clipped at 0) is 1 when every reserve sits at the setpoint and 0 when one is
+  empty or full: over-eating one resource is as bad as starving of another.
+- **Reward** per step: `h`; when any reserve is empty the body dies: reward
+  `-death_penalty` and `done`. Summed over a lifetime it rewards survival time
+  and balance (the rollout resets the world after a death).
+- **Observation** (`3 * num_resources`): for each resource k the log reading
+  of its field at the left and right sensors (`log(max(F + sensor_noise *
+  N(0, 1), detection_floor))`, see `eqxevo.envs.arena`), in order
+  `[F_0 left, F_0 right, F_1 left, F_1 right, ...]`, then every reserve
+  relative to the setpoint, `r_k - setpoint`.
+- **Action** (2): left and right motor commands in [-1, 1].
+- **Done** on death or after `episode_length` steps.
+
+Variants are params (`ForagingParams(regrowth_rate=0.001, metabolic_rate=...)`).
+Per step: `3 * K * M` distances and `exp` (two sensors and the body against
+every patch), `2 K` Gaussian draws; K = 2, M = 3 by default.
+"""
+
+import math
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.random as jr
+
+from .._types import Array, Bool, Float, Int, PRNGKey, Scalar
+from .arena import (
+    AbstractArenaEnv,
+    Points,
+    distances,
+    drive,
+    exponential_field,
+    log_sensor,
+    scalar_param,
+    sensor_points,
+)
+
+
+class ForagingParams(eqx.Module):
+    """Parameters of `Foraging` (and the body/field/feeding part of `LongHorizon`).
+
+    Arguments (all keyword-only; lengths in arena units, rates per step):
+        arena_half, max_speed, axle_length, sensor_distance, sensor_angle: the
+            arena and body (see `ChemotaxisParams`).
+        length_scale: the fields' length scale (> 0).
+        sensor_noise: standard deviation of the additive noise on each field
+            reading, before the log (>= 0).
+        detection_floor: the lowest field value a sensor reports (> 0).
+        patch_spread: patches are uniform in `[-s, s]^2`, `s = patch_spread *
+            arena_half` (in [0, 1]).
+        eat_radius: length scale of consumption around a patch (> 0).
+        eat_rate: fraction of a patch eaten per step at its centre (in [0, 1]).
+        nutrition: reserve gained per unit of resource eaten (>= 0).
+        regrowth_rate: fraction of a patch's deficit regrown per step (in [0, 1]).
+        metabolic_rate: reserve spent per step (>= 0).
+        setpoint: the reserves' ideal level (in (0, 1)).
+        initial_reserve: every reserve's level at birth (in (0, 1]).
+        death_penalty: reward on the step a reserve empties (>= 0 is subtracted).
+        episode_length: steps before the world resets (>= 1).
+    """
+
+    arena_half: Float[Array, ""]
+    max_speed: Float[Array, ""]
+    axle_length: Float[Array, ""]
+    sensor_distance: Float[Array, ""]
+    sensor_angle: Float[Array, ""]
+    length_scale: Float[Array, ""]
+    sensor_noise: Float[Array, ""]
+    detection_floor: Float[Array, ""]
+    patch_spread: Float[Array, ""]
+    eat_radius: Float[Array, ""]
+    eat_rate: Float[Array, ""]
+    nutrition: Float[Array, ""]
+    regrowth_rate: Float[Array, ""]
+    metabolic_rate: Float[Array, ""]
+    setpoint: Float[Array, ""]
+    initial_reserve: Float[Array, ""]
+    death_penalty: Float[Array, ""]
+    episode_length: Int[Array, ""]
+
+    def __init__(
+        self,
+        *,
+        arena_half: Any = 1.0,
+        max_speed: Any = 0.01,
+        axle_length: Any = 0.05,
+        sensor_distance: Any = 0.1,
+        sensor_angle: Any = 1.0,
+        length_scale: Any = 0.3,
+        sensor_noise: Any = 0.005,
+        detection_floor: Any = 1e-3,
+        patch_spread: Any = 0.8,
+        eat_radius: Any = 0.08,
+        eat_rate: Any = 0.05,
+        nutrition: Any = 0.5,
+        regrowth_rate: Any = 0.002,
+        metabolic_rate: Any = 0.001,
+        setpoint: Any = 0.5,
+        initial_reserve: Any = 0.5,
+        death_penalty: Any = 100.0,
+        episode_length: Any = 5000,
+    ):
+        self.arena_half = scalar_param("arena_half", arena_half, low=0.0, low_open=True)
+        self.max_speed = scalar_param("max_speed", max_speed, low=0.0, low_open=True)
+        self.axle_length = scalar_param(
+            "axle_length", axle_length, low=0.0, low_open=True
+        )
+        self.sensor_distance = scalar_param("sensor_distance", sensor_distance, low=0.0)
+        self.sensor_angle = scalar_param(
+            "sensor_angle", sensor_angle, low=-math.pi, high=math.pi
+        )
+        self.length_scale = scalar_param(
+            "length_scale", length_scale, low=0.0, low_open=True
+        )
+        self.sensor_noise = scalar_param("sensor_noise", sensor_noise, low=0.0)
+        self.detection_floor = scalar_param(
+            "detection_floor", detection_floor, low=0.0, low_open=True
+        )
+        self.patch_spread = scalar_param("patch_spread", patch_spread, low=0, high=1)
+        self.eat_radius = scalar_param("eat_radius", eat_radius, low=0.0, low_open=True)
+        self.eat_rate = scalar_param("eat_rate", eat_rate, low=0.0, high=1.0)
+        self.nutrition = scalar_param("nutrition", nutrition, low=0.0)
+        self.regrowth_rate = scalar_param(
+            "regrowth_rate", regrowth_rate, low=0.0, high=1.0
+        )
+        self.metabolic_rate = scalar_param("metabolic_rate", metabolic_rate, low=0.0)
+        self.setpoint = scalar_param(
+            "setpoint", setpoint, low=0.0, low_open=True, high=1.0, high_open=True
+        )
+        self.initial_reserve = scalar_param(
+            "initial_reserve", initial_reserve, low=0.0, low_open=True, high=1.0
+        )
+        self.death_penalty = scalar_param("death_penalty", death_penalty)
+        self.episode_length = scalar_param(
+            "episode_length", episode_length, dtype=jnp.int32, low=1
+        )
+
+
+def invalid_feeding(params: Any) -> Bool[Array, ""]:
+    """True where feeding params are out of range (for `eqx.error_if` in reset)."""
+    return (
+        (params.arena_half <= 0)
+        | (params.axle_length <= 0)
+        | (params.length_scale <= 0)
+        | (params.eat_radius <= 0)
+        | (params.sensor_noise < 0)
+        | (params.detection_floor <= 0)
+        | (params.setpoint <= 0)
+        | (params.setpoint >= 1)
+        | (params.episode_length < 1)
+    )
+
+
+def consume(
+    position: Float[Array, "2"],
+    patches: Float[Array, "k m 2"],
+    amounts: Float[Array, "k m"],
+    eat_radius: Float[Array, ""],
+    eat_rate: Float[Array, ""],
+    regrowth_rate: Float[Array, ""],
+) -> tuple[Float[Array, " k"], Float[Array, "k m"]]:
+    """Eat from nearby patches, then regrow them: `(intake per resource, amounts)`."""
+    offset = patches - position
+    squared = jnp.sum(offset * offset, axis=-1) / (eat_radius * eat_radius)
+    eaten = eat_rate * amounts * jnp.exp(-squared)
+    amounts = amounts - eaten
+    amounts = amounts + regrowth_rate * (1.0 - amounts)
+    return jnp.sum(eaten, axis=-1), amounts
+
+
+def homeostasis(
+    reserves: Float[Array, " k"], setpoint: Float[Array, ""]
+) -> Float[Array, ""]:
+    """1 with every reserve at the setpoint, 0 with one empty or full."""
+    scale = jnp.maximum(setpoint, 1.0 - setpoint)
+    return jnp.maximum(1.0 - jnp.max(jnp.abs(reserves - setpoint)) / scale, 0.0)
+
+
+def sense_fields(
+    position: Float[Array, "2"],
+    heading: Float[Array, ""],
+    patches: Float[Array, "k m 2"],
+    amounts: Float[Array, "k m"],
+    params: Any,
+    noise: Float[Array, " k2"],
+) -> Float[Array, " k2"]:
+    """Log readings of every field at the two sensors: `[F_0 l, F_0 r, ...]`."""
+    sensors = sensor_points(
+        position, heading, params.sensor_distance, params.sensor_angle
+    )
+    d = distances(sensors, patches.reshape(-1, 2)).reshape(2, *amounts.shape)
+    values = jnp.sum(amounts * jnp.exp(-d / params.length_scale), axis=-1)  # (2, k)
+    return log_sensor(
+        values.T.reshape(-1), noise, params.sensor_noise, params.detection_floor
+    )
+
+
+def uniform_patches(
+    key: PRNGKey, shape: tuple[int, int], params: Any
+) -> Float[Array, "k m 2"]:
+    """Patch positions uniform in `[-s, s]^2`, `s = patch_spread * arena_half`."""
+    spread = params.patch_spread * params.arena_half
+    return jr.uniform(key, (*shape, 2), jnp.float32, -1.0, 1.0) * spread
+
+
+class ForagingState(eqx.Module):
+    """State of `Foraging`."""
+
+    position: Float[Array, "2"]
+    heading: Float[Array, ""]
+    reserves: Float[Array, " k"]
+    patches: Float[Array, "k m 2"]
+    amounts: Float[Array, "k m"]
+    time: Int[Array, ""]
+
+
+class ForagingNoise(eqx.Module):
+    """The random draws of one `Foraging` step: standard normal sensor noise."""
+
+    sensor: Float[Array, " k2"]
+
+
+class Foraging(AbstractArenaEnv):
+    """L2 multi-resource foraging: balance `num_resources` reserves to survive.
+
+    Arguments:
+        num_resources: resource types, each with its own field and reserve (>= 2).
+        patches_per_resource: patches of each type (>= 1).
+
+    Example:
+        >>> env = Foraging(num_resources=2, patches_per_resource=3)
+        >>> obs, state = env.reset(jr.key(0), env.default_params())
+    """
+
+    num_resources: int = eqx.field(static=True)
+    patches_per_resource: int = eqx.field(static=True)
+    obs_size: int = eqx.field(static=True)
+    action_size: int = eqx.field(static=True)
+    field_names: tuple[str, ...] = eqx.field(static=True)
+
+    def __init__(self, num_resources: int = 2, patches_per_resource: int = 3):
+        if not isinstance(num_resources, int) or num_resources < 2:
+            raise ValueError(
+                f"num_resources must be an int >= 2 (a multi-resource task); got "
+                f"{num_resources!r}"
+            )
+        if not isinstance(patches_per_resource, int) or patches_per_resource < 1:
+            raise ValueError(
+                f"patches_per_resource must be a positive int; got "
+                f"{patches_per_resource!r}"
+            )
+        self.num_resources = num_resources
+        self.patches_per_resource = patches_per_resource
+        self.obs_size = 3 * num_resources
+        self.action_size = 2
+        self.field_names = tuple(f"resource {k}" for k in range(num_resources))
+
+    def default_params(self) -> ForagingParams:
+        return ForagingParams()
+
+    def _observe(
+        self, state: ForagingState, params: ForagingParams, noise: Array
+    ) -> Float[Array, " obs"]:
+        fields = sense_fields(
+            state.position,
+            state.heading,
+            state.patches,
+            state.amounts,
+            params,
+            noise,
+        )
+        return jnp.concatenate([fields, state.reserves - params.setpoint])
+
+    def reset(
+        self, key: PRNGKey, params: ForagingParams
+    ) -> tuple[Float[Array, " obs"], ForagingState]:
+        heading_key, patch_key, noise_key = jr.split(key, 3)
+        shape = (self.num_resources, self.patches_per_resource)
+        heading = eqx.error_if(
+            jr.uniform(heading_key, (), jnp.float32, -math.pi, math.pi),
+            invalid_feeding(params),
+            "Foraging: invalid params (need arena_half, axle_length, length_scale, "
+            "eat_radius, detection_floor > 0, sensor_noise >= 0, 0 < setpoint < 1, "
+            "episode_length >= 1)",
+        )
+        state = ForagingState(
+            position=jnp.zeros((2,), jnp.float32),
+            heading=heading,
+            reserves=jnp.full((self.num_resources,), params.initial_reserve),
+            patches=uniform_patches(patch_key, shape, params),
+            amounts=jnp.ones(shape, jnp.float32),
+            time=jnp.zeros((), jnp.int32),
+        )
+        noise = jr.normal(noise_key, (2 * self.num_resources,), jnp.float32)
+        return self._observe(state, params, noise), state
+
+    def sample_noise(self, key: PRNGKey, params: ForagingParams) -> ForagingNoise:
+        del params
+        return ForagingNoise(
+            sensor=jr.normal(key, (2 * self.num_resources,), jnp.float32)
+        )
+
+    def transition(
+        self,
+        state: ForagingState,
+        action: Float[Array, " action"],
+        params: ForagingParams,
+        noise: ForagingNoise,
+    ) -> tuple[
+        Float[Array, " obs"], ForagingState, Scalar, Bool[Array, ""], dict[str, Array]
+    ]:
+        position, heading = drive(
+            state.position,
+            state.heading,
+            action,
+            params.max_speed,
+            params.axle_length,
+            params.arena_half,
+        )
+        intake, amounts = consume(
+            position,
+            state.patches,
+            state.amounts,
+            params.eat_radius,
+            params.eat_rate,
+            params.regrowth_rate,
+        )
+        reserves = jnp.clip(
+            state.reserves + params.nutrition * intake - params.metabolic_rate,
+            0.0,
+            1.0,
+        )
+        time = state.time + 1
+        dead = jnp.any(reserves <= 0.0)
+        balance = homeostasis(reserves, params.setpoint)
+        reward = jnp.where(dead, -params.death_penalty, balance)
+        new_state = ForagingState(
+            position=position,
+            heading=heading,
+            reserves=reserves,
+            patches=state.patches,
+            amounts=amounts,
+            time=time,
+        )
+        obs = self._observe(new_state, params, noise.sensor)
+        done = dead | (time >= params.episode_length)
+        info = {"homeostasis": balance, "died": dead, "intake": jnp.sum(intake)}
+        return obs, new_state, reward, done, info
+
+    def fields(
+        self, state: ForagingState, params: ForagingParams, points: Points
+    ) -> Float[Array, "n k"]:
+        return jnp.stack(
+            [
+                exponential_field(
+                    points, state.patches[k], state.amounts[k], params.length_scale
+                )
+                for k in range(self.num_resources)
+            ],
+            axis=-1,
+        )
+
+    def position(self, state: ForagingState) -> Float[Array, "2"]:
+        return state.position
+
+    def heading(self, state: ForagingState) -> Float[Array, ""]:
+        return state.heading
+
+    def arena_half(self, params: ForagingParams) -> Float[Array, ""]:
+        return params.arena_half
+
+    def landmarks(self, state: ForagingState) -> Float[Array, "k m 2"]:
+        return state.patches
+
+
+__all__ = [
+    "Foraging",
+    "ForagingNoise",
+    "ForagingParams",
+    "ForagingState",
+    "consume",
+    "homeostasis",
+    "sense_fields",
+]

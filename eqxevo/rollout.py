@@ -1,0 +1,334 @@
+"""The lifetime: one policy acting in one environment, under `lax.scan`.
+
+`rollout` runs a lifetime of `num_steps` steps and keeps only running sums in
+the scan's carry (no stacked per-step outputs), so its memory is flat in T and
+its compilation does not grow with T (jax#40101: stacked scan outputs are
+quadratic in T on CPU in some jaxlibs). It returns `(fitness, summary)`, so
+
+    fitness_fn = lambda genome, key: rollout(genome, env, params, key, 1000)
+
+is an eqxevo fitness function with aux, ready for `evaluate` and `evolve`.
+
+`record` runs the same lifetime, with the same keys, for one genome and a
+short T, and returns the whole trajectory (for pictures and debugging).
+
+One step of a lifetime:
+
+    action, policy_state = policy(obs, policy_state)
+    obs, env_state, reward, done, info = env.step(env_key, env_state, action, params)
+    policy_state = policy.reinforce(reward, policy_state)
+    if done: obs, env_state = env.reset(reset_key, params)     # reset_on_done
+
+Auto-reset starts a new *episode* in the same *lifetime*: the environment
+resets, the policy's lifetime state (activations, plastic weights, traces) does
+not, so whatever the agent learned carries into the next episode. Pass
+`reset_policy_on_done=True` to reset it too. With `reset_on_done=False` the
+lifetime is one episode: after the first `done` the environment is frozen and
+no more reward accrues (the classic "return of one episode" fitness).
+
+Key schedule (`record` follows it exactly):
+
+    init_key, run_key = split(key)
+    reset_key, policy_key = split(init_key)      # env.reset, policy.initial_state
+    step t: env_key, reset_key_t, policy_reset_key_t = split(fold_in(run_key, t), 3)
+"""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import jax.tree_util as jtu
+
+from ._types import Array, Bool, Float, PRNGKey, Scalar
+from .envs.base import AbstractEnv, EnvParams, EnvState
+from .nets.base import AbstractPolicy
+
+Summary = dict[str, Array]
+
+
+class _Carry(eqx.Module):
+    t: Array  # the step index (carried, not scanned over: no array of length T)
+    policy_state: Any
+    env_state: Any
+    obs: Array
+    active: Array  # the environment still runs (False after a done without reset)
+    total_reward: Array
+    num_episodes: Array
+    steps_alive: Array  # steps up to and including the first done
+    steps: Array  # steps the environment ran
+    info_sums: dict[str, Array]
+
+
+class _Step(eqx.Module):
+    obs: Array
+    action: Array
+    reward: Array
+    done: Array
+    info: dict[str, Array]
+    env_state: Any  # after the step, before any reset
+
+
+def _check_num_steps(num_steps: Any) -> None:
+    if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 1:
+        raise ValueError(
+            f"num_steps must be a positive Python int (a static lifetime length); "
+            f"got {num_steps!r}"
+        )
+
+
+def _select(pred: Array, on_true: Any, on_false: Any) -> Any:
+    return jtu.tree_map(lambda a, b: jax.lax.select(pred, a, b), on_true, on_false)
+
+
+def _info_shapes(
+    policy: AbstractPolicy, env: AbstractEnv, env_params: EnvParams, key: PRNGKey
+) -> dict[str, Any]:
+    def first(key: PRNGKey) -> dict[str, Array]:
+        reset_key, policy_key, step_key = jr.split(key, 3)
+        obs, state = env.reset(reset_key, env_params)
+        action, _ = policy(obs, policy.initial_state(policy_key))
+        return env.step(step_key, state, action, env_params)[4]
+
+    return jax.eval_shape(first, key)
+
+
+def _start(
+    policy: AbstractPolicy, env: AbstractEnv, env_params: EnvParams, key: PRNGKey
+) -> tuple[_Carry, PRNGKey]:
+    init_key, run_key = jr.split(key)
+    reset_key, policy_key = jr.split(init_key)
+    obs, env_state = env.reset(reset_key, env_params)
+    info = _info_shapes(policy, env, env_params, key)
+    bad = sorted(k for k, v in info.items() if v.shape != ())
+    if bad:
+        raise ValueError(
+            f"{type(env).__name__}.step must return an info dict of scalars; entries "
+            f"{bad} are not"
+        )
+    carry = _Carry(
+        t=jnp.zeros((), jnp.int32),
+        policy_state=policy.initial_state(policy_key),
+        env_state=env_state,
+        obs=obs,
+        active=jnp.bool_(True),
+        total_reward=jnp.zeros((), jnp.float32),
+        num_episodes=jnp.zeros((), jnp.int32),
+        steps_alive=jnp.zeros((), jnp.int32),
+        steps=jnp.zeros((), jnp.int32),
+        info_sums={k: jnp.zeros((), jnp.float32) for k in info},
+    )
+    return carry, run_key
+
+
+def _step(
+    policy: AbstractPolicy,
+    env: AbstractEnv,
+    env_params: EnvParams,
+    run_key: PRNGKey,
+    reset_on_done: bool,
+    reset_policy_on_done: bool,
+    carry: _Carry,
+) -> tuple[_Carry, _Step]:
+    env_key, reset_key, policy_reset_key = jr.split(jr.fold_in(run_key, carry.t), 3)
+    action, policy_state = policy(carry.obs, carry.policy_state)
+    obs, env_state, reward, done, info = env.step(
+        env_key, carry.env_state, action, env_params
+    )
+    reward = jnp.asarray(reward, jnp.float32)
+    done = jnp.asarray(done, jnp.bool_)
+    active = carry.active
+    reward = jnp.where(active, reward, 0.0)
+    policy_state = policy.reinforce(reward, policy_state)
+
+    if reset_on_done:
+        reset_obs, reset_state = env.reset(reset_key, env_params)
+        next_obs, next_state = _select(done, (reset_obs, reset_state), (obs, env_state))
+        if reset_policy_on_done:
+            policy_state = _select(
+                done, policy.initial_state(policy_reset_key), policy_state
+            )
+        else:
+            del policy_reset_key
+        still_active = active
+    else:
+        del reset_key, policy_reset_key
+        next_obs, next_state = _select(
+            active, (obs, env_state), (carry.obs, carry.env_state)
+        )
+        policy_state = _select(active, policy_state, carry.policy_state)
+        still_active = active & ~done
+
+    # Record the state after the step, before any reset; a frozen one stays frozen.
+    kept = env_state if reset_on_done else next_state
+    record = _Step(carry.obs, action, reward, done & active, info, kept)
+    first_done_seen = carry.num_episodes > 0
+    weight = active.astype(jnp.float32)
+    new_carry = _Carry(
+        t=carry.t + 1,
+        policy_state=policy_state,
+        env_state=next_state,
+        obs=next_obs,
+        active=still_active,
+        total_reward=carry.total_reward + reward,
+        num_episodes=carry.num_episodes + (done & active).astype(jnp.int32),
+        steps_alive=carry.steps_alive + (~first_done_seen).astype(jnp.int32),
+        steps=carry.steps + active.astype(jnp.int32),
+        info_sums={
+            k: carry.info_sums[k] + weight * jnp.asarray(info[k], jnp.float32)
+            for k in carry.info_sums
+        },
+    )
+    return new_carry, record
+
+
+def _summary(carry: _Carry) -> Summary:
+    steps = jnp.maximum(carry.steps, 1).astype(jnp.float32)
+    summary = {
+        "total_reward": carry.total_reward,
+        "mean_reward": carry.total_reward / steps,
+        "num_episodes": carry.num_episodes,
+        "steps_alive": carry.steps_alive,
+        "steps": carry.steps,
+    }
+    for k, v in carry.info_sums.items():
+        summary[f"mean_{k}"] = v / steps
+    return summary
+
+
+@eqx.filter_jit
+def rollout(
+    policy: AbstractPolicy,
+    env: AbstractEnv,
+    env_params: EnvParams,
+    key: PRNGKey,
+    num_steps: int,
+    *,
+    reset_on_done: bool = True,
+    reset_policy_on_done: bool = False,
+) -> tuple[Scalar, Summary]:
+    """Run one lifetime of `num_steps` steps; return its fitness and a summary.
+
+    Memory is flat in `num_steps` (only running sums are carried) and the
+    program compiles once per `num_steps`.
+
+    Arguments:
+        policy: any `AbstractPolicy` (a genome).
+        env: any `AbstractEnv`.
+        env_params: the environment's params (a variant).
+        key: the lifetime's key (see the module docstring for its schedule).
+        num_steps: lifetime length T, a static Python int.
+        reset_on_done: reset the environment when an episode ends and carry on
+            (True), or freeze it for the rest of the lifetime (False).
+        reset_policy_on_done: also reset the policy's lifetime state when an
+            episode ends (default False: lifetime learning persists).
+
+    Returns:
+        `(fitness, summary)`: fitness is the total reward over the lifetime
+        (float32 scalar). summary is a dict of scalars: `total_reward`,
+        `mean_reward` (per step the environment ran), `num_episodes` (episodes
+        that ended), `steps_alive` (steps up to and including the first `done`;
+        `num_steps` if none), `steps` (steps the environment ran), and
+        `mean_<name>` for every entry of the environment's `info`, averaged
+        over the steps the environment ran.
+
+    Example:
+        >>> env = Chemotaxis()
+        >>> fitness, summary = rollout(policy, env, env.default_params(), key, 1000)
+        >>> fitness_fn = lambda g, k: rollout(g, env, env.default_params(), k, 1000)
+    """
+    _check_num_steps(num_steps)
+    carry, run_key = _start(policy, env, env_params, key)
+
+    def body(carry: _Carry, xs: None) -> tuple[_Carry, None]:
+        del xs
+        carry, _ = _step(
+            policy, env, env_params, run_key, reset_on_done, reset_policy_on_done, carry
+        )
+        return carry, None
+
+    carry, _ = jax.lax.scan(body, carry, length=num_steps)
+    summary = _summary(carry)
+    return summary["total_reward"], summary
+
+
+class Trajectory(eqx.Module):
+    """A recorded lifetime (from `record`).
+
+    Attributes:
+        env_states: the environment's state, stacked over T + 1 entries: entry 0
+            at the start, entry t + 1 after step t (before any reset, so an
+            episode's last position is kept; the next entry may start a new
+            episode).
+        observations: `(T, obs)`, what the policy saw at each step.
+        actions: `(T, action)`, what it did.
+        rewards: `(T,)`; zero once the environment is frozen.
+        dones: `(T,)`, whether an episode ended at step t.
+        info: the environment's info, each entry stacked to `(T,)`.
+        fitness, summary: as `rollout` returns for the same arguments.
+    """
+
+    env_states: EnvState
+    observations: Float[Array, "T obs"]
+    actions: Float[Array, "T action"]
+    rewards: Float[Array, " T"]
+    dones: Bool[Array, " T"]
+    info: dict[str, Array]
+    fitness: Scalar
+    summary: Summary
+
+
+@eqx.filter_jit
+def record(
+    policy: AbstractPolicy,
+    env: AbstractEnv,
+    env_params: EnvParams,
+    key: PRNGKey,
+    num_steps: int,
+    *,
+    reset_on_done: bool = True,
+    reset_policy_on_done: bool = False,
+) -> Trajectory:
+    """Run one lifetime like `rollout` and keep every step (for one genome, short T).
+
+    Same arguments, keys and results as `rollout`; memory grows with
+    `num_steps`, so use it for pictures and debugging, not for evolution.
+
+    Returns:
+        A `Trajectory`.
+
+    Example:
+        >>> trajectory = record(policy, env, params, key, 500)
+        >>> eqxevo.envs.render.render_trajectory(trajectory, env, params, "path.png")
+    """
+    _check_num_steps(num_steps)
+    carry, run_key = _start(policy, env, env_params, key)
+    initial_state = carry.env_state
+
+    def body(carry: _Carry, xs: None) -> tuple[_Carry, _Step]:
+        del xs
+        return _step(
+            policy, env, env_params, run_key, reset_on_done, reset_policy_on_done, carry
+        )
+
+    carry, steps = jax.lax.scan(body, carry, length=num_steps)
+    env_states = jtu.tree_map(
+        lambda first, rest: jnp.concatenate([first[None], rest]),
+        initial_state,
+        steps.env_state,
+    )
+    summary = _summary(carry)
+    return Trajectory(
+        env_states=env_states,
+        observations=steps.obs,
+        actions=steps.action,
+        rewards=steps.reward,
+        dones=steps.done,
+        info=steps.info,
+        fitness=summary["total_reward"],
+        summary=summary,
+    )
+
+
+__all__ = ["Summary", "Trajectory", "record", "rollout"]

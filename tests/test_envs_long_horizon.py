@@ -1,0 +1,161 @@
+import equinox as eqx
+import hypothesis.extra.numpy as hnp
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+from hypothesis import given
+from reference_envs import as_numpy, long_horizon_step, wrap
+
+from eqxevo import rollout, testing
+from eqxevo.envs import LongHorizon, LongHorizonParams, LongHorizonState
+
+M = 2
+ENV = LongHorizon(M)
+step = eqx.filter_jit(ENV.step)
+reset = eqx.filter_jit(ENV.reset)
+
+params_strategy = st.builds(
+    LongHorizonParams,
+    eat_radius=st.floats(0.02, 0.5),
+    eat_rate=st.floats(0.0, 1.0),
+    nutrition=st.floats(0.0, 2.0),
+    toxicity=st.floats(0.0, 2.0),
+    metabolic_rate=st.floats(0.0, 0.05),
+    taste_gain=st.floats(0.0, 100.0),
+    season_length=st.integers(1, 8),
+    swap_prob=st.floats(0.0, 1.0),
+    relocate_prob=st.floats(0.0, 1.0),
+    episode_length=st.integers(1, 50),
+)
+
+
+def float_arrays(shape, low, high):
+    return hnp.arrays(np.float32, shape, elements=st.floats(low, high, width=32))
+
+
+@given(
+    params=params_strategy,
+    position=float_arrays((2,), -1.0, 1.0),
+    heading=st.floats(-3.14159, 3.14159),
+    energy=st.floats(0.0, 1.0, width=32),
+    patches=float_arrays((2, M, 2), -1.0, 1.0),
+    amounts=float_arrays((2, M), 0.0, 1.0),
+    good=st.integers(0, 1),
+    time=st.integers(0, 40),
+    action=testing.actions(2),
+    key=testing.keys(),
+)
+def test_long_horizon_step_matches_numpy_reference(
+    params, position, heading, energy, patches, amounts, good, time, action, key
+):
+    state = LongHorizonState(
+        position=jnp.asarray(position),
+        heading=jnp.asarray(heading, jnp.float32),
+        energy=jnp.asarray(energy, jnp.float32),
+        patches=jnp.asarray(patches),
+        amounts=jnp.asarray(amounts),
+        good=jnp.asarray(good, jnp.int32),
+        taste=jnp.zeros((), jnp.float32),
+        time=jnp.asarray(time, jnp.int32),
+    )
+    obs, new, reward, done, info = step(key, state, action, params)
+    noise = as_numpy(ENV.sample_noise(key, params))
+    r_obs, r_new, r_reward, r_done, r_info = long_horizon_step(
+        as_numpy(state), np.asarray(action), as_numpy(params), noise
+    )
+    if bool(info["died"]) != r_info["died"]:
+        # Death is a threshold on a float32 sum: only a tie within rounding may flip.
+        assert float(energy) < 0.1
+        return
+    np.testing.assert_allclose(obs, r_obs, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(new.position, r_new["position"], atol=1e-5)
+    assert abs(wrap(float(new.heading) - r_new["heading"])) <= 1e-5
+    np.testing.assert_allclose(new.energy, r_new["energy"], atol=1e-5)
+    np.testing.assert_allclose(new.taste, r_new["taste"], atol=1e-4)
+    np.testing.assert_allclose(new.patches, r_new["patches"], atol=1e-6)
+    np.testing.assert_allclose(new.amounts, r_new["amounts"], atol=1e-5)
+    assert int(new.good) == r_new["good"] and int(new.time) == r_new["time"]
+    assert bool(done) == r_done
+    np.testing.assert_allclose(reward, r_reward, atol=1e-4, rtol=1e-5)
+    for name in ("homeostasis", "nourishing_intake", "harmful_intake"):
+        np.testing.assert_allclose(info[name], r_info[name], atol=1e-5)
+
+
+def _run(params, key, num_steps, action=(0.0, 0.0)):
+    _, state = reset(key, params)
+    action = jnp.asarray(action, jnp.float32)
+
+    def advance(state, k):
+        _, state, reward, done, info = ENV.step(k, state, action, params)
+        return state, (state.good, state.time, done, info["died"], reward)
+
+    return jax.lax.scan(advance, state, jr.split(key, num_steps))
+
+
+def test_roles_swap_every_season_and_only_then(key):
+    params = LongHorizonParams(season_length=5, swap_prob=1.0, episode_length=1000)
+    _, (good, time, done, *_) = _run(params, key, 20)
+    good, time = np.asarray(good), np.asarray(time)
+    for t in range(1, 20):
+        swapped = good[t] != good[t - 1]
+        assert swapped == (time[t] % 5 == 0)
+    assert not np.any(done)
+
+
+def test_a_death_costs_the_penalty_but_the_clock_and_world_carry_on(key):
+    params = LongHorizonParams(
+        metabolic_rate=0.2, initial_energy=0.5, death_penalty=9.0, season_length=1000
+    )
+    _, (_, time, done, died, reward) = _run(params, key, 7)
+    died, reward = np.asarray(died), np.asarray(reward)
+    # 0.5 - 3 * 0.2 < 0: the body dies on every third step and is reborn.
+    assert list(np.flatnonzero(died)) == [2, 5]
+    assert np.all(reward[died] == -9.0) and np.all(reward[~died] >= 0.0)
+    assert list(np.asarray(time)) == list(range(1, 8)) and not np.any(done)
+
+
+def test_lifetime_ends_only_at_episode_length(key):
+    params = LongHorizonParams(episode_length=6)
+    _, (_, _, done, _, _) = _run(params, key, 6)
+    assert list(np.asarray(done)) == [False] * 5 + [True]
+
+
+def test_a_fixed_preference_is_punished_in_alternate_seasons(key):
+    # Sitting on a patch of A nourishes in A's seasons and poisons in B's: the
+    # taste signal flips sign with the season (what a learning agent exploits).
+    params = LongHorizonParams(season_length=4, relocate_prob=0.0, episode_length=100)
+    _, state = reset(key, params)
+    patches = state.patches.at[1].set(jnp.full((M, 2), 0.8))  # B out of reach
+    patches = patches.at[0].set(jnp.full((M, 2), -0.8))
+    on_a = eqx.tree_at(
+        lambda s: (s.patches, s.position), state, (patches, patches[0, 0])
+    )
+    tastes, goods = [], []
+    for t in range(8):
+        goods.append(int(on_a.good))  # the roles the step is eaten under
+        _, on_a, *_ = step(jr.fold_in(key, t), on_a, jnp.zeros(2, jnp.float32), params)
+        tastes.append(float(on_a.taste))
+    for taste, good in zip(tastes, goods, strict=True):
+        assert (taste > 0) == (good == 0) and taste != 0.0
+    assert len(set(goods)) == 2
+
+
+def test_l4_lifetime_runs_twenty_thousand_steps(key):
+    from eqxevo.baselines import RandomAgent
+
+    fitness, summary = rollout(
+        RandomAgent(ENV.obs_size), ENV, ENV.default_params(), key, 20_000
+    )
+    assert int(summary["steps"]) == 20_000 and int(summary["num_episodes"]) == 1
+    assert np.isfinite(float(fitness))
+
+
+@pytest.mark.parametrize(
+    "bad", [{"season_length": 0}, {"swap_prob": 1.5}, {"toxicity": -1.0}]
+)
+def test_bad_params_raise_naming_the_parameter(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        LongHorizonParams(**bad)
