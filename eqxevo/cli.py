@@ -48,7 +48,25 @@ def main() -> None:
     """
 
 
-@main.command(context_settings=CONTEXT)
+RUN_HELP = """Run an experiment: CONFIG.toml, or the default (L0 chemotaxis, sparse rate
+network, SNES preset, P=256, T=1000).
+
+Writes a run directory with config.toml, metrics.jsonl, fitness.png,
+best_genome.eqx, summary.json and checkpoints/. Ctrl-C (or SIGTERM) checkpoints
+and stops; `eqxevo resume RUN_DIR` then continues bit-for-bit.
+
+\b
+Examples:
+  eqxevo run
+  eqxevo run experiment.toml --num-seeds 4
+  eqxevo run --set env.name=foraging --set run.lifetime=5000 --set run.generations=50
+
+\b
+Config keys (TOML tables [env], [net], [strategy], [run]) and defaults:
+""" + config_module.describe()
+
+
+@main.command(context_settings=CONTEXT, help=RUN_HELP)
 @click.argument("config", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option(
     "--set",
@@ -77,16 +95,6 @@ def run(
     name: str | None,
     quiet: bool,
 ) -> None:
-    """Run an experiment: CONFIG.toml, or the default (L0 chemotaxis, sparse rate
-    network, SNES preset, P=256, T=1000).
-
-    Writes a run directory with config.toml, metrics.jsonl, fitness.png,
-    best_genome.eqx, summary.json and checkpoints/. Ctrl-C checkpoints and stops;
-    `eqxevo resume` continues bit-for-bit.
-
-    \b
-    Config keys (TOML tables [env], [net], [strategy], [run]) and defaults:
-    """
     from . import experiment as experiment_module
 
     items = list(overrides) + ([f"run.num_seeds={num_seeds}"] if num_seeds else [])
@@ -217,6 +225,5 @@ def strategies(as_json: bool) -> None:
                 click.echo(f"  {r.name:<{width}}  {r.family:<12}  {r.description}")
 
 
-# The run command's help lists every config key with its default.
-if run.help is not None:
-    run.help += "\n\n\b\n" + config_module.describe()
+if __name__ == "__main__":
+    main()

@@ -49,7 +49,10 @@ def _spec(
 class EnvConfig:
     """Which environment, its parameters (variants) and constructor options."""
 
-    name: str = _spec("chemotaxis", help="environment name (see `eqxevo run --help`)")
+    name: str = _spec(
+        "chemotaxis",
+        help="chemotaxis | foraging | long_horizon | gymnax:<id> | module:Class",
+    )
     params: Mapping[str, Any] = _spec(
         factory=dict, help="overrides of the environment's default params"
     )
@@ -62,7 +65,9 @@ class EnvConfig:
 class NetConfig:
     """Which network (the genome) and its constructor options."""
 
-    name: str = _spec("sparse_rate", help="network name")
+    name: str = _spec(
+        "sparse_rate", help="sparse_rate | sparse_lif | recurrent | mlp | module:Class"
+    )
     options: Mapping[str, Any] = _spec(
         factory=dict, help="constructor arguments of the network"
     )
@@ -286,5 +291,5 @@ def describe() -> str:
         for f in dataclasses.fields(getattr(default, section.name)):
             value = getattr(getattr(default, section.name), f.name)
             shown = "{}" if isinstance(value, Mapping) else repr(value)
-            rows.append(f"{section.name}.{f.name} = {shown}  # {f.metadata['help']}")
+            rows.append(f"  {section.name}.{f.name} = {shown}  # {f.metadata['help']}")
     return "\n".join(rows)

@@ -41,6 +41,7 @@ from .config import ConfigError, Experiment
 from .envs.base import AbstractEnv
 from .evolve import evolve
 from .logging import MetricsLog, Progress, history_records, plot_fitness
+from .rollout import rollout
 from .strategy import Strategy, StrategyState
 
 ENVS: dict[str, str] = {
@@ -148,8 +149,6 @@ class LifetimeFitness(eqx.Module):
     num_steps: int = eqx.field(static=True)
 
     def __call__(self, genome: Genome, key: PRNGKey) -> tuple[Array, Any]:
-        from .rollout import rollout
-
         return rollout(genome, self.env, self.env_params, key, self.num_steps)
 
 

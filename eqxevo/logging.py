@@ -144,6 +144,10 @@ class Progress:
         self._task: Any = None
         self.best: float | None = None
         self.mean: float | None = None
+        # Throughput is measured from the end of the first chunk, which includes
+        # compilation, so the figure is the steady rate.
+        self._first: tuple[float, int] | None = None
+        self._printed_at = -1
 
     def __enter__(self) -> "Progress":
         if not self.quiet and self.stream.isatty():
@@ -176,7 +180,7 @@ class Progress:
     def __exit__(self, *exc: Any) -> None:
         if self._bar is not None:
             self._bar.__exit__(*exc)
-        elif not self.quiet and self.done > self.start_generation:
+        elif not self.quiet and self._printed_at != self.done:
             self._line()
 
     @property
@@ -185,8 +189,12 @@ class Progress:
 
     @property
     def agent_steps_per_second(self) -> float:
-        generations = self.done - self.start_generation
-        return generations * self.steps_per_generation / max(self.elapsed, 1e-9)
+        """Steady throughput (after the first chunk); 0 until two chunks are in."""
+        if self._first is None or self.done == self._first[1]:
+            return 0.0
+        seconds, generation = self._first
+        elapsed = max(self.elapsed - seconds, 1e-9)
+        return (self.done - generation) * self.steps_per_generation / elapsed
 
     def update(self, records: Sequence[Mapping[str, Any]]) -> None:
         """Account for a chunk of records (one or more generations)."""
@@ -195,6 +203,8 @@ class Progress:
         last = max(r["generation"] for r in records)
         latest = [r for r in records if r["generation"] == last]
         self.done = last + 1
+        if self._first is None:
+            self._first = (self.elapsed, self.done)
         bests = [r["best_so_far"] for r in latest if r.get("best_so_far") is not None]
         means = [r["mean"] for r in latest if r.get("mean") is not None]
         self.best = max(bests) if bests else None
@@ -212,14 +222,15 @@ class Progress:
 
     def _line(self) -> None:
         self._last_line = self.elapsed
+        self._printed_at = self.done
         rate = self.agent_steps_per_second
-        remaining = (
-            (self.total - self.done) * self.steps_per_generation / max(rate, 1e-9)
-        )
+        speed = ""
+        if rate > 0:
+            remaining = (self.total - self.done) * self.steps_per_generation / rate
+            speed = f"  {rate:.3g} agent-steps/s  eta {remaining:.0f}s"
         print(
             f"generation {self.done}/{self.total}  best {_fmt(self.best)}"
-            f"  mean {_fmt(self.mean)}  {rate:.3g} agent-steps/s"
-            f"  elapsed {self.elapsed:.0f}s  eta {remaining:.0f}s",
+            f"  mean {_fmt(self.mean)}{speed}  elapsed {self.elapsed:.0f}s",
             file=self.stream,
             flush=True,
         )

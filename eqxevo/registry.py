@@ -50,6 +50,7 @@ class Resolved:
         cls: the evosax algorithm class.
         instance: a ready evosax instance when the user passed one, else None.
         kwargs: constructor keyword arguments from a preset (already built).
+        raw_kwargs: the same as written in the preset (plain TOML values).
         params: `Params` field overrides from a preset.
         source: "evosax", "preset:<path>", "class", "instance" or "import:<spec>".
         paper: citation of the method, when known.
@@ -59,6 +60,7 @@ class Resolved:
     cls: type[EvolutionaryAlgorithm]
     instance: EvolutionaryAlgorithm | None = None
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    raw_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     source: str = "evosax"
     paper: str = ""
@@ -205,6 +207,7 @@ def load_preset(path: str | Path) -> Resolved:
         name=path.stem,
         cls=cls,
         kwargs=kwargs,
+        raw_kwargs=dict(raw_kwargs),
         params=params,
         source=f"preset:{path}",
         paper=str(data.get("paper", "")),

@@ -22,6 +22,7 @@ through `Strategy` follows raw evosax exactly given the same keys and fitness.
 
 import dataclasses
 import functools
+import hashlib
 import inspect
 from typing import Any
 
@@ -30,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
+import numpy as np
 from evosax.algorithms.base import EvolutionaryAlgorithm
 
 from ._types import (
@@ -89,6 +91,56 @@ def _standard_promotion(fn: Any) -> Any:
     return wrapper
 
 
+class _Identity:
+    """Compares by identity and keeps its object alive (so no id is reused)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Identity) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+
+def _value_key(value: Any) -> Any:
+    """Plain values compare by value; anything else (optax objects, functions) by
+    identity."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, tuple | list):
+        return tuple(_value_key(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _value_key(v)) for k, v in value.items()))
+    return _Identity(value)
+
+
+class _Algorithm:
+    """An evosax instance, compared by what determines its behaviour.
+
+    evosax uses the `solution` it is built with only for its shape, so two
+    instances of one class with equal population size, dimension, dtype and
+    constructor arguments behave identically. Comparing by that signature (not by
+    object identity) lets equal strategies share compiled programs: building the
+    same experiment twice in one process compiles once.
+    """
+
+    __slots__ = ("instance", "signature")
+
+    def __init__(self, instance: EvolutionaryAlgorithm, signature: Any):
+        self.instance = instance
+        self.signature = signature
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Algorithm) and other.signature == self.signature
+
+    def __hash__(self) -> int:
+        return hash(self.signature)
+
+
 @_standard_promotion
 def _build_algorithm(
     resolved: Resolved,
@@ -97,7 +149,10 @@ def _build_algorithm(
     solution: FlatGenome,
     init_scale: float,
     kwargs: dict[str, Any],
-) -> EvolutionaryAlgorithm:
+    kwargs_keys: dict[str, Any],
+) -> _Algorithm:
+    """Construct the evosax instance; `kwargs_keys` describe `kwargs` for the
+    signature (raw preset values, or the user's objects)."""
     accepted = inspect.signature(resolved.cls.__init__).parameters
     bad = sorted(set(kwargs) - set(accepted) - {"self"})
     if bad:
@@ -107,9 +162,22 @@ def _build_algorithm(
             f"{sorted(set(accepted) - {'self', 'population_size', 'solution'})}"
         )
     kwargs = dict(kwargs)
+    kwargs_keys = dict(kwargs_keys)
     sampling = accepted.get("sampling_fn")
-    if sampling is not None and sampling.default is inspect.Parameter.empty:
-        # RandomSearch needs a sampler; by default sample around the genome.
+    if (
+        sampling is not None
+        and sampling.default is inspect.Parameter.empty
+        and "sampling_fn" not in kwargs
+    ):
+        # RandomSearch needs a sampler; by default sample around the genome. It
+        # bakes the genome's values in, so they join the signature.
+        values = np.asarray(solution)
+        kwargs_keys["sampling_fn"] = (
+            "default",
+            hashlib.sha256(values.tobytes()).hexdigest(),
+            str(values.dtype),
+            init_scale,
+        )
         kwargs.setdefault(
             "sampling_fn",
             lambda key: (
@@ -131,8 +199,18 @@ def _build_algorithm(
                 f"num_populations={num_populations} for {resolved.name}"
             )
         evosax_size = population_size // num_populations
+    signature = (
+        resolved.cls,
+        evosax_size,
+        int(solution.shape[0]),
+        str(solution.dtype),
+        tuple(sorted((k, _value_key(v)) for k, v in kwargs_keys.items())),
+    )
     try:
-        return resolved.cls(population_size=evosax_size, solution=solution, **kwargs)
+        instance = resolved.cls(
+            population_size=evosax_size, solution=solution, **kwargs
+        )
+        return _Algorithm(instance, signature)
     except TypeError as err:
         raise TypeError(f"cannot construct {resolved.name}: {err}") from err
     except (AssertionError, ValueError) as err:  # evosax asserts on sizes
@@ -194,7 +272,7 @@ class Strategy(eqx.Module):
         >>> population, state = strategy.ask(jr.key(2), state)
     """
 
-    algorithm: EvolutionaryAlgorithm = eqx.field(static=True)
+    _algorithm: _Algorithm = eqx.field(static=True)
     params: Any
     layout: GenomeLayout
     initial_flat: FlatGenome
@@ -233,6 +311,7 @@ class Strategy(eqx.Module):
         initial_flat = layout.flatten(genome)
         if resolved.instance is not None:
             instance = resolved.instance
+            algorithm = _Algorithm(instance, ("instance", _Identity(instance)))
             if algorithm_kwargs:
                 raise TypeError(
                     "algorithm_kwargs cannot be combined with an evosax instance; "
@@ -252,9 +331,20 @@ class Strategy(eqx.Module):
                 )
         else:
             kwargs = {**resolved.kwargs, **algorithm_kwargs}
-            instance = _build_algorithm(
-                resolved, family, population_size, initial_flat, init_scale, kwargs
+            kwargs_keys = {
+                **{k: ("preset", v) for k, v in resolved.raw_kwargs.items()},
+                **algorithm_kwargs,
+            }
+            algorithm = _build_algorithm(
+                resolved,
+                family,
+                population_size,
+                initial_flat,
+                init_scale,
+                kwargs,
+                kwargs_keys,
             )
+            instance = algorithm.instance
         param_overrides = resolved.params
         if isinstance(params, dict):
             param_overrides = {**param_overrides, **params}
@@ -263,7 +353,7 @@ class Strategy(eqx.Module):
         self.params = (
             base if params is None else _apply_params(instance, resolved.name, params)
         )
-        self.algorithm = instance
+        self._algorithm = algorithm
         self.layout = layout
         self.initial_flat = initial_flat
         self.population_size = population_size
@@ -299,6 +389,11 @@ class Strategy(eqx.Module):
             )
 
     # -- properties ---------------------------------------------------------------
+
+    @property
+    def algorithm(self) -> EvolutionaryAlgorithm:
+        """The evosax instance."""
+        return self._algorithm.instance
 
     @property
     def filter_spec(self) -> Any:

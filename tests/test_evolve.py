@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+import optax
 import pytest
 from helpers import Net, noisy_sphere, sphere, tree_equal
 from hypothesis import given
@@ -245,3 +246,34 @@ def test_nonfinite_policy_raise_names_the_generation(key):
 def test_evolve_rejects_bad_arguments(kwargs, match, key):
     with pytest.raises((ValueError, TypeError), match=match):
         eqxevo.evolve(strategy_for("snes"), sphere, key, **kwargs)
+
+
+def test_equal_strategies_share_one_compilation(key):
+    net = Net(key=key)
+    before = eqx.debug.get_num_traces(_run_chunk)
+    eqxevo.evolve(Strategy("open_es", net, 6), sphere, key, num_generations=2)
+    # built again from the same preset (new evosax and optax objects): no retrace
+    eqxevo.evolve(Strategy("open_es", net, 6), sphere, key, num_generations=2)
+    assert eqx.debug.get_num_traces(_run_chunk) == before + 1
+    # other values of the genome do not matter either (they are the mean, an input)
+    shifted = jax.tree.map(lambda x: x + 1 if eqx.is_inexact_array(x) else x, net)
+    eqxevo.evolve(Strategy("open_es", shifted, 6), sphere, key, num_generations=2)
+    assert eqx.debug.get_num_traces(_run_chunk) == before + 1
+    # a user's own optimizer object is compared by identity: a new program
+    eqxevo.evolve(
+        Strategy("open_es", net, 6, optimizer=optax.adam(0.1)),
+        sphere,
+        key,
+        num_generations=2,
+    )
+    assert eqx.debug.get_num_traces(_run_chunk) == before + 2
+
+
+def test_random_search_default_sampler_depends_on_the_genome(key):
+    net = Net(key=key)
+    shifted = jax.tree.map(lambda x: x + 5 if eqx.is_inexact_array(x) else x, net)
+    a = Strategy("RandomSearch", net, 4)
+    b = Strategy("RandomSearch", shifted, 4)
+    assert a._algorithm != b._algorithm
+    pop_b, _ = b.ask(key, b.init(key))
+    assert float(jnp.mean(pop_b.bias)) > 3.0  # sampled around the shifted genome

@@ -58,9 +58,13 @@ def test_metrics_log_appends_and_truncates(tmp_path):
 def test_progress_plain_lines_when_not_a_terminal():
     out = io.StringIO()
     with Progress(10, 100, stream=out, every=0.0) as progress:
-        progress.update(history_records(chunk([0, 1, 2])))
+        progress.update(history_records(chunk([0, 1, 2])))  # includes compilation
+        progress.update(history_records(chunk([3, 4])))
     text = out.getvalue()
-    assert "generation 3/10" in text and "agent-steps/s" in text and "eta" in text
+    assert "generation 3/10" in text and "generation 5/10" in text
+    assert "agent-steps/s" in text.splitlines()[-1] and "eta" in text
+    assert progress.agent_steps_per_second > 0
+    assert text.count("generation 5/10") == 1
 
 
 def test_progress_quiet_prints_nothing():
