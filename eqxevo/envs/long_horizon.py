@@ -372,6 +372,13 @@ class LongHorizon(AbstractArenaEnv):
             axis=-1,
         )
 
+    def field_labels(self, state: LongHorizonState) -> tuple[str, ...]:
+        good = int(state.good)
+        return tuple(
+            f"{name} ({'nourishing' if k == good else 'harmful'})"
+            for k, name in enumerate(self.field_names)
+        )
+
     def position(self, state: LongHorizonState) -> Float[Array, "2"]:
         return state.position
 
