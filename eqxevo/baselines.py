@@ -142,7 +142,7 @@ class ForagerAgent(AbstractPolicy):
     def __init__(
         self,
         num_resources: int = 2,
-        gain: float | int = 8.0,
+        gain: float | int = 4.0,
         base_speed: float | int = 1.0,
     ):
         self.num_resources = _check_size("num_resources", num_resources)
@@ -182,8 +182,8 @@ class TasteLearnerAgent(AbstractPolicy):
         learning_rate: belief change per unit of taste (0: no learning; the
             default is the best of a grid on L4, see `scripts/baselines.py`).
         initial_belief: belief at birth (+1: A nourishes; 0: undecided).
-        gain: steering gain.
-        base_speed: forward command, in [-1, 1].
+        gain: steering gain (default: the L2 forager's).
+        base_speed: forward command, in [-1, 1] (default: the L2 forager's).
     """
 
     learning_rate: Float[Array, ""]
@@ -195,9 +195,9 @@ class TasteLearnerAgent(AbstractPolicy):
 
     def __init__(
         self,
-        learning_rate: float | int = 8.0,
+        learning_rate: float | int = 0.5,
         initial_belief: float | int = 0.0,
-        gain: float | int = 8.0,
+        gain: float | int = 4.0,
         base_speed: float | int = 1.0,
     ):
         self.obs_size = 6
