@@ -12,6 +12,10 @@ treat them like any evolved network:
 - `ForagerAgent`: a homeostatic Braitenberg vehicle for `Foraging` (L2): the
   contrast of every field, weighted by how far that reserve sits below its
   setpoint (negative weights repel from a resource that is over-full).
+- `TasteLearnerAgent`: a forager for `LongHorizon` (L4) that learns within its
+  lifetime which resource nourishes, from the taste signal; with
+  `learning_rate=0` it is a fixed reflex (always seeking A), the reference a
+  plastic agent must beat on L4.
 
 Braitenberg, V. (1984). Vehicles: Experiments in Synthetic Psychology. MIT Press.
 
@@ -80,8 +84,9 @@ class BraitenbergAgent(AbstractPolicy):
     Arguments:
         obs_size: observation size (>= 2); observations 0 and 1 are the left and
             right readings of the field to climb.
-        gain: steering gain.
-        base_speed: forward command, in [-1, 1].
+        gain: steering gain (default: the best of a grid on L0, see
+            `scripts/baselines.py`).
+        base_speed: forward command, in [-1, 1] (default: likewise tuned).
     """
 
     gain: Float[Array, ""]
@@ -90,7 +95,10 @@ class BraitenbergAgent(AbstractPolicy):
     action_size: int = eqx.field(static=True)
 
     def __init__(
-        self, obs_size: int = 2, gain: float | int = 2.0, base_speed: float | int = 0.5
+        self,
+        obs_size: int = 2,
+        gain: float | int = 12.0,
+        base_speed: float | int = 0.5,
     ):
         self.obs_size = _check_size("obs_size", obs_size, 2)
         self.action_size = 2
@@ -120,8 +128,9 @@ class ForagerAgent(AbstractPolicy):
 
     Arguments:
         num_resources: K (>= 1).
-        gain: steering gain.
-        base_speed: forward command, in [-1, 1].
+        gain: steering gain (default: the best of a grid on L2, see
+            `scripts/baselines.py`).
+        base_speed: forward command, in [-1, 1] (default: likewise tuned).
     """
 
     gain: Float[Array, ""]
@@ -133,8 +142,8 @@ class ForagerAgent(AbstractPolicy):
     def __init__(
         self,
         num_resources: int = 2,
-        gain: float | int = 2.0,
-        base_speed: float | int = 0.5,
+        gain: float | int = 4.0,
+        base_speed: float | int = 1.0,
     ):
         self.num_resources = _check_size("num_resources", num_resources)
         self.obs_size = 3 * num_resources
@@ -158,4 +167,67 @@ class ForagerAgent(AbstractPolicy):
         return _motors(self.base_speed, steer), state
 
 
-__all__ = ["BraitenbergAgent", "ForagerAgent", "RandomAgent"]
+class TasteLearnerAgent(AbstractPolicy):
+    """A forager for `LongHorizon` that learns which resource nourishes.
+
+    Its lifetime state is a belief `b` in [-1, 1] (+1: A nourishes, -1: B
+    does). After every step it credits the taste to the resource it is closer
+    to: `b <- clip(b + learning_rate * taste * tanh(a), -1, 1)`, with `a` the
+    mean log reading of A minus that of B. It steers like `ForagerAgent`: toward
+    the resource it believes nourishing while its energy is below the setpoint,
+    away from it above, and always away from the other, weighting the two
+    contrasts by the belief.
+
+    Arguments:
+        learning_rate: belief change per unit of taste (0: no learning; the
+            default is the best of a grid on L4, see `scripts/baselines.py`).
+        initial_belief: belief at birth (+1: A nourishes; 0: undecided).
+        gain: steering gain (default: the L2 forager's).
+        base_speed: forward command, in [-1, 1] (default: the L2 forager's).
+    """
+
+    learning_rate: Float[Array, ""]
+    initial_belief: Float[Array, ""]
+    gain: Float[Array, ""]
+    base_speed: Float[Array, ""]
+    obs_size: int = eqx.field(static=True)
+    action_size: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        learning_rate: float | int = 0.5,
+        initial_belief: float | int = 0.0,
+        gain: float | int = 4.0,
+        base_speed: float | int = 1.0,
+    ):
+        self.obs_size = 6
+        self.action_size = 2
+        self.learning_rate = jnp.asarray(learning_rate, jnp.float32)
+        self.initial_belief = jnp.asarray(initial_belief, jnp.float32)
+        self.gain = jnp.asarray(gain, jnp.float32)
+        self.base_speed = jnp.asarray(base_speed, jnp.float32)
+
+    def initial_state(self, key: PRNGKey) -> Float[Array, ""]:
+        del key
+        return self.initial_belief
+
+    def __call__(
+        self, obs: Float[Array, " obs"], state: Float[Array, ""]
+    ) -> tuple[Float[Array, " action"], Float[Array, ""]]:
+        a_left, a_right, b_left, b_right, energy, taste = obs
+        closer_to_a = jnp.tanh(0.5 * (a_left + a_right) - 0.5 * (b_left + b_right))
+        belief = jnp.clip(state + self.learning_rate * taste * closer_to_a, -1.0, 1.0)
+        need = -energy  # energy relative to the setpoint: > 0 is hungry
+        scale = jnp.maximum(jnp.abs(need), _EPS)
+        # Approach what nourishes (avoid it when full); shun what harms, less
+        # strongly, so an undecided agent (b = 0) still explores both.
+        good, bad = need / scale, -0.5
+        weight_a = 0.5 * (1 + belief) * good + 0.5 * (1 - belief) * bad
+        weight_b = 0.5 * (1 - belief) * good + 0.5 * (1 + belief) * bad
+        steer = self.gain * (
+            weight_a * (a_right - a_left) + weight_b * (b_right - b_left)
+        )
+        return _motors(self.base_speed, 0.5 * steer), belief
+
+
+__all__ = ["BraitenbergAgent", "ForagerAgent", "RandomAgent", "TasteLearnerAgent"]

@@ -30,7 +30,12 @@ Key schedule (`record` follows it exactly):
 
     init_key, run_key = split(key)
     reset_key, policy_key = split(init_key)      # env.reset, policy.initial_state
-    step t: env_key, reset_key_t, policy_reset_key_t = split(fold_in(run_key, t), 3)
+    env_keys, reset_keys, policy_keys = split(run_key, 3)
+    step t: env.step gets fold_in(env_keys, t); an auto-reset after it gets
+            fold_in(reset_keys, t); a policy reset fold_in(policy_keys, t)
+
+Each step derives only the keys it uses (one `fold_in` each): on CPU the
+threefry rounds behind every key cost as much as a whole arena step.
 """
 
 from typing import Any
@@ -94,11 +99,18 @@ def _info_shapes(
     return jax.eval_shape(first, key)
 
 
+class _StepKeys(eqx.Module):
+    env: PRNGKey
+    reset: PRNGKey
+    policy: PRNGKey
+
+
 def _start(
     policy: AbstractPolicy, env: AbstractEnv, env_params: EnvParams, key: PRNGKey
-) -> tuple[_Carry, PRNGKey]:
+) -> tuple[_Carry, _StepKeys]:
     init_key, run_key = jr.split(key)
     reset_key, policy_key = jr.split(init_key)
+    env_keys, reset_keys, policy_keys = jr.split(run_key, 3)
     obs, env_state = env.reset(reset_key, env_params)
     info = _info_shapes(policy, env, env_params, key)
     bad = sorted(k for k, v in info.items() if v.shape != ())
@@ -119,19 +131,19 @@ def _start(
         steps=jnp.zeros((), jnp.int32),
         info_sums={k: jnp.zeros((), jnp.float32) for k in info},
     )
-    return carry, run_key
+    return carry, _StepKeys(env_keys, reset_keys, policy_keys)
 
 
 def _step(
     policy: AbstractPolicy,
     env: AbstractEnv,
     env_params: EnvParams,
-    run_key: PRNGKey,
+    keys: _StepKeys,
     reset_on_done: bool,
     reset_policy_on_done: bool,
     carry: _Carry,
 ) -> tuple[_Carry, _Step]:
-    env_key, reset_key, policy_reset_key = jr.split(jr.fold_in(run_key, carry.t), 3)
+    env_key = jr.fold_in(keys.env, carry.t)
     action, policy_state = policy(carry.obs, carry.policy_state)
     obs, env_state, reward, done, info = env.step(
         env_key, carry.env_state, action, env_params
@@ -143,17 +155,14 @@ def _step(
     policy_state = policy.reinforce(reward, policy_state)
 
     if reset_on_done:
+        reset_key = jr.fold_in(keys.reset, carry.t)
         reset_obs, reset_state = env.reset(reset_key, env_params)
         next_obs, next_state = _select(done, (reset_obs, reset_state), (obs, env_state))
         if reset_policy_on_done:
-            policy_state = _select(
-                done, policy.initial_state(policy_reset_key), policy_state
-            )
-        else:
-            del policy_reset_key
+            policy_key = jr.fold_in(keys.policy, carry.t)
+            policy_state = _select(done, policy.initial_state(policy_key), policy_state)
         still_active = active
     else:
-        del reset_key, policy_reset_key
         next_obs, next_state = _select(
             active, (obs, env_state), (carry.obs, carry.env_state)
         )
@@ -239,12 +248,12 @@ def rollout(
         >>> fitness_fn = lambda g, k: rollout(g, env, env.default_params(), k, 1000)
     """
     _check_num_steps(num_steps)
-    carry, run_key = _start(policy, env, env_params, key)
+    carry, keys = _start(policy, env, env_params, key)
 
     def body(carry: _Carry, xs: None) -> tuple[_Carry, None]:
         del xs
         carry, _ = _step(
-            policy, env, env_params, run_key, reset_on_done, reset_policy_on_done, carry
+            policy, env, env_params, keys, reset_on_done, reset_policy_on_done, carry
         )
         return carry, None
 
@@ -303,13 +312,13 @@ def record(
         >>> eqxevo.envs.render.render_trajectory(trajectory, env, params, "path.png")
     """
     _check_num_steps(num_steps)
-    carry, run_key = _start(policy, env, env_params, key)
+    carry, keys = _start(policy, env, env_params, key)
     initial_state = carry.env_state
 
     def body(carry: _Carry, xs: None) -> tuple[_Carry, _Step]:
         del xs
         return _step(
-            policy, env, env_params, run_key, reset_on_done, reset_policy_on_done, carry
+            policy, env, env_params, keys, reset_on_done, reset_policy_on_done, carry
         )
 
     carry, steps = jax.lax.scan(body, carry, length=num_steps)

@@ -6,8 +6,13 @@ import numpy as np
 import pytest
 
 from eqxevo import rollout
-from eqxevo.baselines import BraitenbergAgent, ForagerAgent, RandomAgent
-from eqxevo.envs import Chemotaxis, Foraging
+from eqxevo.baselines import (
+    BraitenbergAgent,
+    ForagerAgent,
+    RandomAgent,
+    TasteLearnerAgent,
+)
+from eqxevo.envs import Chemotaxis, Foraging, LongHorizon, LongHorizonParams
 
 
 def test_random_agent_draws_uniform_commands_from_its_state(key):
@@ -57,24 +62,47 @@ def test_bad_sizes_raise(make):
         make()
 
 
+def test_taste_learner_credits_the_taste_to_the_nearer_resource():
+    agent = TasteLearnerAgent(learning_rate=0.5)
+    near_a = jnp.array([-0.5, -0.5, -3.0, -3.0, 0.0, 0.0])
+    for taste, sign in ((1.0, 1.0), (-1.0, -1.0)):
+        _, belief = agent(near_a.at[5].set(taste), jnp.zeros((), jnp.float32))
+        assert float(belief) * sign > 0.1
+    # No learning: the belief (a fixed reflex) never moves.
+    fixed = TasteLearnerAgent(learning_rate=0.0, initial_belief=1.0)
+    _, belief = fixed(near_a.at[5].set(-1.0), fixed.initial_state(jr.key(0)))
+    assert float(belief) == 1.0
+
+
 @eqx.filter_jit
-def mean_fitness(agent, env, key, num_steps, num_seeds=16):
-    params = env.default_params()
+def mean_fitness(agent, env, key, num_steps, num_seeds=16, params=None):
+    params = env.default_params() if params is None else params
     keys = jr.split(key, num_seeds)
     return jnp.mean(
         jax.vmap(lambda k: rollout(agent, env, params, k, num_steps)[0])(keys)
     )
 
 
-def test_braitenberg_beats_random_on_chemotaxis(key):
+def test_steering_by_the_gradient_pays_on_chemotaxis(key):
+    # The same vehicle with its steering cut (gain 0) runs blind: one program
+    # (one agent type) scores both.
     env = Chemotaxis()
-    braitenberg = mean_fitness(BraitenbergAgent(), env, key, 300)
-    random = mean_fitness(RandomAgent(2), env, key, 300)
-    assert float(braitenberg) > 2 * float(random)
+    steering = mean_fitness(BraitenbergAgent(), env, key, 300)
+    blind = mean_fitness(BraitenbergAgent(gain=0.0), env, key, 300)
+    assert float(steering) > 2 * float(blind)
 
 
-def test_forager_beats_random_on_foraging(key):
+def test_homeostatic_steering_pays_on_foraging(key):
     env = Foraging()
     forager = mean_fitness(ForagerAgent(2), env, key, 1500)
-    random = mean_fitness(RandomAgent(6), env, key, 1500)
-    assert float(forager) > float(random) + 0.1 * 1500
+    blind = mean_fitness(ForagerAgent(2, gain=0.0), env, key, 1500)
+    assert float(forager) > float(blind) + 0.1 * 1500
+
+
+def test_lifetime_learning_pays_on_long_horizon(key):
+    """L4: learning which resource nourishes beats the same agent without learning."""
+    env = LongHorizon()
+    params = LongHorizonParams(season_length=600)
+    learner = mean_fitness(TasteLearnerAgent(), env, key, 3000, 8, params)
+    fixed = mean_fitness(TasteLearnerAgent(0.0, 1.0), env, key, 3000, 8, params)
+    assert float(learner) > float(fixed) + 0.1 * 3000

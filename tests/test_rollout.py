@@ -129,18 +129,20 @@ def test_record_follows_the_documented_key_schedule(key):
     policy, num_steps = Accumulator(), 6
     init_key, run_key = jr.split(key)
     reset_key, policy_key = jr.split(init_key)
+    env_keys, reset_keys, _ = jr.split(run_key, 3)
     obs, state = ENV.reset(reset_key, PARAMS)
     policy_state = policy.initial_state(policy_key)
     rewards, noises = [], []
     for t in range(num_steps):
-        env_key, reset_key_t, _ = jr.split(jr.fold_in(run_key, t), 3)
         action, policy_state = policy(obs, policy_state)
-        obs, state, reward, done, _ = ENV.step(env_key, state, action, PARAMS)
+        obs, state, reward, done, _ = ENV.step(
+            jr.fold_in(env_keys, t), state, action, PARAMS
+        )
         policy_state = policy.reinforce(reward, policy_state)
         rewards.append(float(reward))
         noises.append(float(state.noise))
         if bool(done):
-            obs, state = ENV.reset(reset_key_t, PARAMS)
+            obs, state = ENV.reset(jr.fold_in(reset_keys, t), PARAMS)
     trajectory = record(policy, ENV, PARAMS, key, num_steps)
     np.testing.assert_allclose(trajectory.rewards, rewards, rtol=1e-6)
     np.testing.assert_array_equal(trajectory.env_states.noise[1:], noises)

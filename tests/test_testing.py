@@ -6,10 +6,15 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 
 from eqxevo import testing
-from eqxevo.baselines import BraitenbergAgent, ForagerAgent, RandomAgent
+from eqxevo.baselines import (
+    BraitenbergAgent,
+    ForagerAgent,
+    RandomAgent,
+    TasteLearnerAgent,
+)
 from eqxevo.envs import AbstractEnv, Chemotaxis, Foraging, LongHorizon
 from eqxevo.nets import AbstractPolicy, MLPPolicy
 from eqxevo.testing import CheckFailed, check_env, check_policy
@@ -237,6 +242,8 @@ def test_every_eqxevo_env_and_policy_passes(env, key):
         check_policy(BraitenbergAgent(), env, key=key)
     if isinstance(env, Foraging):
         check_policy(ForagerAgent(env.num_resources), env, key=key)
+    if isinstance(env, LongHorizon):
+        check_policy(TasteLearnerAgent(), env, key=key)
 
 
 # -- Hypothesis strategies -----------------------------------------------------------
@@ -248,6 +255,7 @@ def test_strategies_draw_keys_and_even_sizes(key, size):
     assert size % 2 == 0 and 3 <= size <= 9
 
 
+@settings(max_examples=3)  # each new shape initialises an MLP eagerly
 @given(genome=testing.small_genomes(obs_size=3, action_size=2))
 def test_small_genomes_are_policies_of_the_requested_sizes(genome):
     assert isinstance(genome, MLPPolicy)

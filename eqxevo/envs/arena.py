@@ -203,6 +203,11 @@ class AbstractArenaEnv(AbstractEnv):
     def landmarks(self, state: EnvState) -> Float[Array, "fields m 2"]:
         """Positions worth marking in a picture, per field (sources, patches)."""
 
+    def field_labels(self, state: EnvState) -> tuple[str, ...]:
+        """Titles of the fields' panels in a picture of `state` (concrete)."""
+        del state
+        return self.field_names
+
     @abc.abstractmethod
     def sample_noise(self, key: PRNGKey, params: EnvParams) -> EnvNoise:
         """Every random draw one `step` makes."""

@@ -11,6 +11,18 @@ vmapped. Actions are float vectors of size `action_size` (policies output
 values in [-1, 1]); observations are float vectors of size `obs_size`.
 
 `step` never resets by itself: the rollout resets on `done`.
+
+What eqxevo relies on (and `eqxevo.testing.check_env` verifies):
+
+- `reset` and `step` are pure functions of their arguments: all randomness comes
+  from `key`, nothing is kept on the module or in globals.
+- `params` is a pytree whose leaves are arrays (a Python number would be a
+  compile-time constant: each variant would recompile, and vmap could not map
+  it). Stacking the leaves of several params gives a batch of variants.
+- The state is a pytree of arrays whose structure, shapes and dtypes never
+  change from `reset` through every `step` (it is a `lax.scan` carry).
+- `reward` is a float scalar, `done` a bool scalar, and `info` a dict of
+  scalar arrays (the rollout averages each entry over the lifetime).
 """
 
 import abc

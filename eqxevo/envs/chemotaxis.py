@@ -188,7 +188,10 @@ class Chemotaxis(AbstractArenaEnv):
     def reset(
         self, key: PRNGKey, params: ChemotaxisParams
     ) -> tuple[Float[Array, " obs"], ChemotaxisState]:
-        heading_key, source_key, noise_key = jr.split(key, 3)
+        # Few random draws (each costs threefry rounds): one uniform vector for
+        # the layout, one normal vector for the sensors.
+        layout_key, noise_key = jr.split(key)
+        u = jr.uniform(layout_key, (4,), jnp.float32)
         invalid = (
             (params.arena_half <= 0)
             | (params.axle_length <= 0)
@@ -200,19 +203,18 @@ class Chemotaxis(AbstractArenaEnv):
             | (params.episode_length < 1)
         )
         heading = eqx.error_if(
-            jr.uniform(heading_key, (), jnp.float32, -math.pi, math.pi),
+            2 * math.pi * u[0] - math.pi,
             invalid,
             "Chemotaxis: invalid params (need arena_half, axle_length, length_scale, "
             "reward_length, detection_floor > 0, sensor_noise >= 0, "
             "source_min_distance <= "
             "source_max_distance, episode_length >= 1)",
         )
-        u = jr.uniform(source_key, (3,), jnp.float32)
-        distance = params.source_min_distance + u[0] * (
+        distance = params.source_min_distance + u[1] * (
             params.source_max_distance - params.source_min_distance
         )
-        bearing = 2 * math.pi * u[1]
-        drift = 2 * math.pi * u[2]
+        bearing = 2 * math.pi * u[2]
+        drift = 2 * math.pi * u[3]
         state = ChemotaxisState(
             position=jnp.zeros((2,), jnp.float32),
             heading=heading,

@@ -209,12 +209,20 @@ def sense_fields(
     )
 
 
-def uniform_patches(
+def layout(
     key: PRNGKey, shape: tuple[int, int], params: Any
-) -> Float[Array, "k m 2"]:
-    """Patch positions uniform in `[-s, s]^2`, `s = patch_spread * arena_half`."""
+) -> tuple[Float[Array, ""], Float[Array, "k m 2"], Float[Array, ""]]:
+    """A new world's random layout, from one uniform draw.
+
+    Returns `(heading, patches, coin)`: a heading uniform in [-pi, pi), patch
+    positions uniform in `[-s, s]^2` (`s = patch_spread * arena_half`) and a
+    uniform [0, 1) number.
+    """
+    size = shape[0] * shape[1] * 2
+    u = jr.uniform(key, (size + 2,), jnp.float32)
     spread = params.patch_spread * params.arena_half
-    return jr.uniform(key, (*shape, 2), jnp.float32, -1.0, 1.0) * spread
+    patches = (2.0 * u[:size].reshape(*shape, 2) - 1.0) * spread
+    return 2 * math.pi * u[size] - math.pi, patches, u[size + 1]
 
 
 class ForagingState(eqx.Module):
@@ -288,10 +296,11 @@ class Foraging(AbstractArenaEnv):
     def reset(
         self, key: PRNGKey, params: ForagingParams
     ) -> tuple[Float[Array, " obs"], ForagingState]:
-        heading_key, patch_key, noise_key = jr.split(key, 3)
+        layout_key, noise_key = jr.split(key)
         shape = (self.num_resources, self.patches_per_resource)
+        heading, patches, _ = layout(layout_key, shape, params)
         heading = eqx.error_if(
-            jr.uniform(heading_key, (), jnp.float32, -math.pi, math.pi),
+            heading,
             invalid_feeding(params),
             "Foraging: invalid params (need arena_half, axle_length, length_scale, "
             "eat_radius, detection_floor > 0, sensor_noise >= 0, 0 < setpoint < 1, "
@@ -301,7 +310,7 @@ class Foraging(AbstractArenaEnv):
             position=jnp.zeros((2,), jnp.float32),
             heading=heading,
             reserves=jnp.full((self.num_resources,), params.initial_reserve),
-            patches=uniform_patches(patch_key, shape, params),
+            patches=patches,
             amounts=jnp.ones(shape, jnp.float32),
             time=jnp.zeros((), jnp.int32),
         )
@@ -394,5 +403,6 @@ __all__ = [
     "ForagingState",
     "consume",
     "homeostasis",
+    "layout",
     "sense_fields",
 ]

@@ -47,8 +47,8 @@ from .foraging import (
     consume,
     homeostasis,
     invalid_feeding,
+    layout,
     sense_fields,
-    uniform_patches,
 )
 
 NUM_RESOURCES = 2
@@ -248,11 +248,12 @@ class LongHorizon(AbstractArenaEnv):
     def reset(
         self, key: PRNGKey, params: LongHorizonParams
     ) -> tuple[Float[Array, " obs"], LongHorizonState]:
-        heading_key, patch_key, good_key, noise_key = jr.split(key, 4)
+        layout_key, noise_key = jr.split(key)
         shape = (NUM_RESOURCES, self.patches_per_resource)
+        heading, patches, coin = layout(layout_key, shape, params)
         invalid = invalid_feeding(params) | (params.season_length < 1)
         heading = eqx.error_if(
-            jr.uniform(heading_key, (), jnp.float32, -math.pi, math.pi),
+            heading,
             invalid,
             "LongHorizon: invalid params (need arena_half, axle_length, length_scale, "
             "eat_radius, detection_floor > 0, sensor_noise >= 0, 0 < setpoint < 1, "
@@ -262,9 +263,9 @@ class LongHorizon(AbstractArenaEnv):
             position=jnp.zeros((2,), jnp.float32),
             heading=heading,
             energy=params.initial_energy,
-            patches=uniform_patches(patch_key, shape, params),
+            patches=patches,
             amounts=jnp.ones(shape, jnp.float32),
-            good=jr.randint(good_key, (), 0, NUM_RESOURCES, jnp.int32),
+            good=(coin < 0.5).astype(jnp.int32),
             taste=jnp.zeros((), jnp.float32),
             time=jnp.zeros((), jnp.int32),
         )
@@ -369,6 +370,13 @@ class LongHorizon(AbstractArenaEnv):
                 for k in range(NUM_RESOURCES)
             ],
             axis=-1,
+        )
+
+    def field_labels(self, state: LongHorizonState) -> tuple[str, ...]:
+        good = int(state.good)
+        return tuple(
+            f"{name} ({'nourishing' if k == good else 'harmful'})"
+            for k, name in enumerate(self.field_names)
         )
 
     def position(self, state: LongHorizonState) -> Float[Array, "2"]:

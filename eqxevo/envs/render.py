@@ -91,7 +91,7 @@ def render_trajectory(
     breaks = np.flatnonzero(ends) + 2
     segments = np.split(positions, breaks)
 
-    names = env.field_names
+    names = env.field_labels(state)
     figure = Figure(figsize=(4.2 * len(names), 4.4), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(1, len(names), squeeze=False)[0]

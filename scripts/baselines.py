@@ -1,0 +1,169 @@
+"""Baseline fitness of the reference agents on L0, L2 and L4.
+
+    python scripts/baselines.py                 # the figures in docs/environments.md
+    python scripts/baselines.py --seeds 64      # quicker
+
+For each environment (default params): the random agent, and the hand-coded
+agent (Braitenberg on L0, the homeostatic forager on L2) with its two
+parameters (gain, base speed) tuned on a grid over `--tune-seeds` lifetimes
+(key 0). On L4 the taste-learning forager (gain and base speed of the L2
+forager) has its learning rate tuned likewise, and is compared with the same
+agent without learning (a fixed reflex for resource A). Every agent is then
+scored on `--seeds` other lifetimes (key 1; `--l4-seeds` on L4): mean +- std
+over lifetimes of the fitness (total reward) and of the mean reward per step.
+The tuned parameters are the agents' defaults.
+"""
+
+import argparse
+import itertools
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+
+from eqxevo import rollout
+from eqxevo.baselines import (
+    BraitenbergAgent,
+    ForagerAgent,
+    RandomAgent,
+    TasteLearnerAgent,
+)
+from eqxevo.envs import Chemotaxis, Foraging, LongHorizon
+
+
+@eqx.filter_jit
+def lifetimes(agent, env, params, key, num_steps, num_seeds):
+    """Fitness and summary of `num_seeds` lifetimes, keys split from `key`."""
+    keys = jr.split(key, num_seeds)
+    return jax.vmap(lambda k: rollout(agent, env, params, k, num_steps))(keys)
+
+
+@eqx.filter_jit
+def grid_scores(make, gains, speeds, env, params, key, num_steps, num_seeds):
+    agents = jax.vmap(make)(gains, speeds)
+    evolvable, static = eqx.partition(agents, eqx.is_array)
+
+    def score(e):
+        fitness, _ = lifetimes(
+            eqx.combine(e, static), env, params, key, num_steps, num_seeds
+        )
+        return jnp.mean(fitness)
+
+    return jax.lax.map(score, evolvable)
+
+
+def tune(make, env, num_steps, num_seeds, gains, speeds):
+    pairs = list(itertools.product(gains, speeds))
+    g = jnp.asarray([p[0] for p in pairs], jnp.float32)
+    s = jnp.asarray([p[1] for p in pairs], jnp.float32)
+    scores = grid_scores(
+        make, g, s, env, env.default_params(), jr.key(0), num_steps, num_seeds
+    )
+    best = int(jnp.argmax(scores))
+    return pairs[best], float(scores[best]) / num_steps
+
+
+def report(name, env_name, agent, env, num_steps, num_seeds, first_death=False):
+    start = time.perf_counter()
+    fitness, summary = lifetimes(
+        agent, env, env.default_params(), jr.key(1), num_steps, num_seeds
+    )
+    per_step = summary["mean_reward"]
+    extra = ""
+    if first_death:  # L2: a death ends the episode (steps_alive is survival time)
+        extra += f" | {float(jnp.mean(summary['steps_alive'])):.0f}"
+    if "mean_died" in summary:
+        extra += f" | {float(jnp.mean(summary['mean_died'])) * num_steps:.2f}"
+    print(
+        f"| {env_name} | {name} | {float(jnp.mean(fitness)):.1f} +- "
+        f"{float(jnp.std(fitness)):.1f} | {float(jnp.mean(per_step)):.3f} +- "
+        f"{float(jnp.std(per_step)):.3f}{extra} |"
+        f"  ({time.perf_counter() - start:.1f} s)",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=256)
+    parser.add_argument("--tune-seeds", type=int, default=64)
+    parser.add_argument("--l4-seeds", type=int, default=64)
+    args = parser.parse_args()
+
+    l0, l0_steps = Chemotaxis(), 1000
+    (gain, speed), score = tune(
+        lambda g, s: BraitenbergAgent(2, g, s),
+        l0,
+        l0_steps,
+        args.tune_seeds,
+        gains=(2.0, 4.0, 8.0, 12.0, 16.0, 24.0),
+        speeds=(0.3, 0.4, 0.5, 0.6, 0.8, 1.0),
+    )
+    print(f"L0 Braitenberg tuned: gain={gain}, base_speed={speed} ({score:.3f}/step)")
+    l2, l2_steps = Foraging(), 5000
+    (f_gain, f_speed), f_score = tune(
+        lambda g, s: ForagerAgent(2, g, s),
+        l2,
+        l2_steps,
+        args.tune_seeds,
+        gains=(2.0, 4.0, 8.0, 12.0, 16.0, 24.0),
+        speeds=(0.4, 0.6, 0.8, 1.0),
+    )
+    print(f"L2 forager tuned: gain={f_gain}, base_speed={f_speed} ({f_score:.3f}/step)")
+
+    print(f"\nscored on {args.seeds} lifetimes (key 1)\n")
+    print("| env | agent | fitness (total reward) | reward per step |")
+    print("|---|---|---|---|")
+    report("random", "L0, T=1000", RandomAgent(2), l0, l0_steps, args.seeds)
+    report(
+        f"Braitenberg (gain {gain:g}, base {speed:g})",
+        "L0, T=1000",
+        BraitenbergAgent(2, gain, speed),
+        l0,
+        l0_steps,
+        args.seeds,
+    )
+    print("\n| env | agent | fitness | reward per step | first death at | deaths |")
+    print("|---|---|---|---|---|---|")
+    report("random", "L2, T=5000", RandomAgent(6), l2, l2_steps, args.seeds, True)
+    report(
+        f"forager (gain {f_gain:g}, base {f_speed:g})",
+        "L2, T=5000",
+        ForagerAgent(2, f_gain, f_speed),
+        l2,
+        l2_steps,
+        args.seeds,
+        True,
+    )
+
+    l4, l4_steps = LongHorizon(), 20_000
+    (rate, _), l_score = tune(
+        lambda r, _: TasteLearnerAgent(r, 0.0, f_gain, f_speed),
+        l4,
+        l4_steps,
+        args.tune_seeds // 4,
+        gains=(0.5, 2.0, 8.0),
+        speeds=(0.0,),
+    )
+    print(f"\nL4 taste learner tuned: learning_rate={rate} ({l_score:.3f}/step)")
+    print("\n| env | agent | fitness | reward per step | deaths |")
+    print("|---|---|---|---|---|")
+    l4_rows = (
+        ("random", RandomAgent(6)),
+        (
+            "fixed reflex for A (no learning)",
+            TasteLearnerAgent(0.0, 1.0, f_gain, f_speed),
+        ),
+        (
+            f"taste learner (rate {rate:g})",
+            TasteLearnerAgent(rate, 0.0, f_gain, f_speed),
+        ),
+    )
+    for name, agent in l4_rows:
+        report(name, "L4, T=20000", agent, l4, l4_steps, args.l4_seeds)
+
+
+if __name__ == "__main__":
+    main()
