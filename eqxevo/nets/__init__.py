@@ -1,4 +1,41 @@
 """Networks behind one policy protocol (`AbstractPolicy`)."""
 
 from .base import AbstractPolicy as AbstractPolicy, PolicyState as PolicyState
+from .batching import population_last as population_last
 from .mlp import MLPPolicy as MLPPolicy
+from .neurons import (
+    LIFNeurons as LIFNeurons,
+    RateNeurons as RateNeurons,
+    lif_step as lif_step,
+    rate_step as rate_step,
+)
+from .plasticity import (
+    TRACE_DTYPES as TRACE_DTYPES,
+    HebbianRule as HebbianRule,
+    PlasticState as PlasticState,
+    STDPRule as STDPRule,
+    stochastic_round as stochastic_round,
+    three_factor_update as three_factor_update,
+    update_trace as update_trace,
+)
+from .propagate import (
+    LAYOUTS as LAYOUTS,
+    AbstractLayout as AbstractLayout,
+    DenseLayout as DenseLayout,
+    GatherLayout as GatherLayout,
+    SegmentLayout as SegmentLayout,
+    choose_layout as choose_layout,
+    make_layout as make_layout,
+    propagate as propagate,
+)
+from .recurrent import (
+    RecurrentPolicy as RecurrentPolicy,
+    RecurrentState as RecurrentState,
+)
+from .sparse import (
+    SparseRatePolicy as SparseRatePolicy,
+    SparseRateState as SparseRateState,
+    SparseSpikingPolicy as SparseSpikingPolicy,
+    SparseSpikingState as SparseSpikingState,
+)
+from .topology import Topology as Topology

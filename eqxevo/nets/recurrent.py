@@ -1,0 +1,105 @@
+"""Dense recurrent policy: a leaky tanh RNN with a linear tanh readout.
+
+    h' = (1 - a) h + a tanh(W h + U obs + b),   a = dt / max(tau, dt)
+    action = tanh(V h' + c)
+
+With `tau == dt` (a = 1) this is an Elman network; larger `tau` makes the hidden
+units leaky integrators (a discretised continuous-time RNN).
+"""
+
+import math
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.random as jr
+
+from .._types import Array, Float, PRNGKey
+from .base import AbstractPolicy
+
+
+class RecurrentState(eqx.Module):
+    """Lifetime state of a `RecurrentPolicy`: the hidden vector `[hidden]`."""
+
+    hidden: Array
+
+
+class RecurrentPolicy(AbstractPolicy):
+    """A fully connected recurrent policy; every weight is evolvable.
+
+    Arguments:
+        obs_size, action_size: observation and action sizes.
+        hidden_size: number of recurrent units.
+        tau, dt: time constant and step; `a = dt / max(tau, dt)` (default 1: Elman).
+        gain: recurrent weights start as `gain * N(0, 1) / sqrt(hidden_size)`.
+        key: initialisation key (keyword-only, last).
+
+    Example:
+        >>> policy = RecurrentPolicy(4, 2, 32, key=jr.key(0))
+        >>> action, state = policy(obs, policy.initial_state(jr.key(1)))
+    """
+
+    recurrent_weight: Float[Array, "hidden hidden"]
+    input_weight: Float[Array, "hidden obs"]
+    bias: Float[Array, " hidden"]
+    readout_weight: Float[Array, "action hidden"]
+    readout_bias: Float[Array, " action"]
+    obs_size: int = eqx.field(static=True)
+    action_size: int = eqx.field(static=True)
+    leak: float = eqx.field(static=True)
+
+    def __init__(
+        self,
+        obs_size: int,
+        action_size: int,
+        hidden_size: int = 32,
+        *,
+        tau: float = 1.0,
+        dt: float = 1.0,
+        gain: float = 0.9,
+        key: PRNGKey,
+    ):
+        for name, value in (
+            ("obs_size", obs_size),
+            ("action_size", action_size),
+            ("hidden_size", hidden_size),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int; got {value!r}")
+        for name, value in (("tau", tau), ("dt", dt)):
+            if not (isinstance(value, int | float) and value > 0):
+                raise ValueError(f"{name} must be > 0; got {value!r}")
+        rkey, ikey, okey = jr.split(key, 3)
+        self.recurrent_weight = (
+            gain / math.sqrt(hidden_size) * jr.normal(rkey, (hidden_size, hidden_size))
+        )
+        self.input_weight = jr.normal(ikey, (hidden_size, obs_size)) / math.sqrt(
+            obs_size
+        )
+        self.bias = jnp.zeros(hidden_size)
+        self.readout_weight = jr.normal(okey, (action_size, hidden_size)) / math.sqrt(
+            hidden_size
+        )
+        self.readout_bias = jnp.zeros(action_size)
+        self.obs_size, self.action_size = obs_size, action_size
+        self.leak = float(dt) / max(float(tau), float(dt))
+
+    @property
+    def hidden_size(self) -> int:
+        return self.bias.shape[0]
+
+    def initial_state(self, key: PRNGKey) -> RecurrentState:
+        del key
+        return RecurrentState(jnp.zeros(self.hidden_size))
+
+    def __call__(
+        self, obs: Float[Array, " obs"], state: RecurrentState
+    ) -> tuple[Float[Array, " action"], RecurrentState]:
+        drive = self.recurrent_weight @ state.hidden + self.input_weight @ obs
+        hidden = (1.0 - self.leak) * state.hidden + self.leak * jnp.tanh(
+            drive + self.bias
+        )
+        action = jnp.tanh(self.readout_weight @ hidden + self.readout_bias)
+        return action, RecurrentState(hidden)
+
+
+__all__ = ["RecurrentPolicy", "RecurrentState"]
