@@ -52,6 +52,9 @@ ENVS: dict[str, str] = {
 """Environments by name; `env.name` may also be "gymnax:<id>" or "module:Class"."""
 
 NETS: dict[str, str] = {
+    "sparse_rate": "eqxevo.nets.factories:sparse_rate",
+    "sparse_lif": "eqxevo.nets.factories:sparse_lif",
+    "recurrent": "eqxevo.nets.recurrent:RecurrentPolicy",
     "mlp": "eqxevo.nets.mlp:MLPPolicy",
 }
 """Networks by name; `net.name` may also be "module:Class"."""
@@ -88,7 +91,7 @@ def _lookup(kind: str, name: str, table: Mapping[str, str]) -> Any:
 def _construct(cls: Any, key: str, kwargs: Mapping[str, Any]) -> Any:
     try:
         return cls(**kwargs)
-    except TypeError as err:
+    except (TypeError, ValueError) as err:
         raise ConfigError(f"{key}: cannot build {cls.__name__}: {err}") from err
 
 

@@ -189,9 +189,14 @@ class Progress:
 
     @property
     def agent_steps_per_second(self) -> float:
-        """Steady throughput (after the first chunk); 0 until two chunks are in."""
+        """Steady throughput (after the first chunk).
+
+        With a single chunk so far, the overall rate (compilation included, so an
+        underestimate); 0 before any chunk.
+        """
         if self._first is None or self.done == self._first[1]:
-            return 0.0
+            done = self.done - self.start_generation
+            return done * self.steps_per_generation / max(self.elapsed, 1e-9)
         seconds, generation = self._first
         elapsed = max(self.elapsed - seconds, 1e-9)
         return (self.done - generation) * self.steps_per_generation / elapsed

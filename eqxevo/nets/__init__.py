@@ -2,6 +2,7 @@
 
 from .base import AbstractPolicy as AbstractPolicy, PolicyState as PolicyState
 from .batching import population_last as population_last
+from .factories import sparse_lif as sparse_lif, sparse_rate as sparse_rate
 from .mlp import MLPPolicy as MLPPolicy
 from .neurons import (
     LIFNeurons as LIFNeurons,
