@@ -10,7 +10,10 @@ scenarios run in the test process on one device without a mesh:
         --num-processes 2 --process-id I
 
 Every scenario takes the mesh (None for the single-device reference) and returns
-a pytree of arrays. Only process 0 writes OUT.npz.
+a pytree of arrays. One process runs them on a mesh over all its devices and on
+one over its first two; processes joined by `jax.distributed` run them on the
+global mesh. Results are saved under `"{mesh size}/{scenario}/{leaf}"`; only
+process 0 writes OUT.npz.
 """
 
 import argparse
@@ -57,45 +60,58 @@ def mlp() -> eqx.nn.MLP:
     return eqx.nn.MLP(4, 2, 8, 1, activation=jnp.tanh, key=jr.key(0))
 
 
-def multi_fidelity() -> eqxevo.MultiFidelity:
+def multi_fidelity(num_promoted: int = 4) -> eqxevo.MultiFidelity:
     return eqxevo.MultiFidelity(
-        lambda g, k: lifetime(g, k, 5),
-        lambda g, k: lifetime(g, k, 20),
-        num_promoted=4,
-        proxy_steps=5,
-        full_steps=20,
+        lambda g, k: lifetime(g, k, 3),
+        lambda g, k: lifetime(g, k, 8),
+        num_promoted=num_promoted,
+        proxy_steps=3,
+        full_steps=8,
     )
 
 
-def run(strategy, fitness_fn, mesh, **kwargs) -> Any:
-    result = eqxevo.evolve(strategy, fitness_fn, jr.key(7), mesh=mesh, **kwargs)
+def evolve(mesh: Any) -> Any:
+    """Multi-fidelity, two seeds, micro-batches of 3 (the last one padded)."""
+    strategy = eqxevo.Strategy("snes", mlp(), POPULATION, maximize=True)
+    result = eqxevo.evolve(
+        strategy,
+        multi_fidelity(),
+        jr.key(7),
+        num_generations=3,
+        num_seeds=2,
+        batch_size=3,
+        mesh=mesh,
+    )
     return {"state": result.state, "history": result.history}
 
 
+def evaluate_once(mesh: Any) -> Any:
+    """A standalone evaluate (its own shard_map), with per-step noise and aux."""
+    strategy = eqxevo.Strategy("snes", mlp(), POPULATION)
+    population, _ = strategy.ask(jr.key(1), strategy.init(jr.key(2)))
+    return evaluate(lambda g, k: lifetime(g, k, 8), population, jr.key(3), mesh=mesh)
+
+
 SCENARIOS: dict[str, Callable[[Any], Any]] = {
-    "evolve_seeds": lambda mesh: run(
-        eqxevo.Strategy("simple_ga", Net(key=jr.key(0)), POPULATION),
-        noisy_sphere,
-        mesh,
-        num_generations=3,
-        num_seeds=2,
-    ),
-    "multi_fidelity_batched": lambda mesh: run(
-        eqxevo.Strategy("snes", mlp(), POPULATION, maximize=True),
-        multi_fidelity(),
-        mesh,
-        num_generations=3,
-        batch_size=3,
-    ),
-    "evaluate": lambda mesh: evaluate(
-        lambda g, k: lifetime(g, k, 20),
-        eqxevo.Strategy("snes", mlp(), POPULATION).ask(
-            jr.key(1), eqxevo.Strategy("snes", mlp(), POPULATION).init(jr.key(2))
-        )[0],
-        jr.key(3),
-        mesh=mesh,
-    ),
+    "evolve": evolve,
+    "evaluate": evaluate_once,
 }
+
+
+def errors(mesh: Any) -> list[str]:
+    """The messages for a population and a k that do not split over the mesh."""
+    messages = []
+    for fitness_fn, size in (
+        (noisy_sphere, 2 * mesh.size + 1),
+        (multi_fidelity(num_promoted=mesh.size + 1), 4 * mesh.size),
+    ):
+        strategy = eqxevo.Strategy("snes", Net(key=jr.key(0)), size)
+        try:
+            eqxevo.evolve(strategy, fitness_fn, jr.key(0), num_generations=1, mesh=mesh)
+            messages.append("no error")
+        except ValueError as err:
+            messages.append(str(err))
+    return messages
 
 
 def flatten(tree: Any) -> list[np.ndarray]:
@@ -117,31 +133,22 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.coordinator is not None:
-        mesh = eqxevo.initialize_distributed(
-            args.coordinator, args.num_processes, args.process_id
-        )
+        meshes = [
+            eqxevo.initialize_distributed(
+                args.coordinator, args.num_processes, args.process_id
+            )
+        ]
     else:
-        mesh = eqxevo.population_mesh()
+        # every device, and the first two of them (a 2-device run)
+        meshes = [eqxevo.population_mesh(), eqxevo.population_mesh(jax.devices()[:2])]
     jax.config.update("jax_numpy_dtype_promotion", "strict")
 
     arrays: dict[str, np.ndarray] = {}
-    for name, scenario in SCENARIOS.items():
-        for i, leaf in enumerate(flatten(scenario(mesh))):
-            arrays[f"{name}/{i}"] = leaf
-
-    # A population that does not split evenly is refused with a clear error.
-    try:
-        run(
-            eqxevo.Strategy("snes", Net(key=jr.key(0)), 2 * mesh.size + 1),
-            noisy_sphere,
-            mesh,
-            num_generations=1,
-        )
-        message = "no error"
-    except ValueError as err:
-        message = str(err)
-    arrays["indivisible_error"] = np.asarray(message)
-    arrays["num_devices"] = np.asarray(mesh.size)
+    for mesh in meshes:
+        for name, scenario in SCENARIOS.items():
+            for i, leaf in enumerate(flatten(scenario(mesh))):
+                arrays[f"{mesh.size}/{name}/{i}"] = leaf
+        arrays[f"{mesh.size}/errors"] = np.asarray(errors(mesh))
     arrays["num_processes"] = np.asarray(jax.process_count())
 
     if jax.process_index() == 0:
