@@ -15,13 +15,21 @@ Key schedule (what a hand-written loop must do to reproduce `evolve` exactly):
         ask_key, eval_key, tell_key = jax.random.split(gen_key, 3)
         population, state = strategy.ask(ask_key, state)
         fitness, aux = eqxevo.evaluate(fitness_fn, population, eval_key,
-                                       filter_spec=strategy.filter_spec)
+                                       filter_spec=strategy.filter_spec,
+                                       maximize=strategy.maximize)
         state, metrics = strategy.tell(tell_key, population, fitness, state)
 
 With `num_seeds=K`, seed k runs the schedule above from `jax.random.split(key, K)[k]`,
 so `num_seeds=K` equals K separate runs. Keys depend on the generation index
 alone, so results do not depend on `chunk_size`, and a run resumed from a saved
-state continues the same schedule.
+state continues the same schedule. Per-genome keys depend on the genome index
+alone (see `evaluate`), so results do not depend on `mesh` (how many devices or
+processes share the population) or `batch_size` either.
+
+With `mesh=`, each chunk runs as one program per device (`sharding.replicated`):
+`ask` and `tell` run on the whole, replicated state on every device, the
+evaluation is split over the population axis, and the fitness is all-gathered
+before `tell` (see `eqxevo.sharding`).
 """
 
 import math
@@ -34,9 +42,11 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
+from jax.sharding import Mesh
 
 from ._types import Array, Genome, Metrics, PRNGKey, PRNGKeys
-from .evaluate import best_index, evaluate
+from .evaluate import MultiFidelity, best_index, check_batch_size, evaluate
+from .sharding import check_divisible, mesh_size, replicate, replicated
 from .strategy import Strategy, StrategyState
 
 NonFinitePolicy = Literal["rank_worst", "raise"]
@@ -83,7 +93,10 @@ class EvolveResult(eqx.Module):
         history: per-generation NumPy arrays, shape `(G,)` or `(K, G)`:
             `generation`, `best`, `mean`, `std`, `min`, `max`, `num_nonfinite`,
             `best_so_far`, and `aux` (the generation-best genome's aux, if the
-            fitness function returns one).
+            fitness function returns one). With a `MultiFidelity` also
+            `agent_steps` (spent per generation) and `agent_steps_full` (what a
+            full evaluation of every genome would spend); the statistics are
+            over the combined fitness.
         state: the final strategy state (batched over seeds with `num_seeds`).
     """
 
@@ -106,20 +119,33 @@ def _barrier(tree: Any) -> Any:
 
 def generation_step(
     strategy: Strategy,
-    fitness_fn: Callable[..., Any],
+    fitness_fn: Callable[..., Any] | MultiFidelity,
     run_key: PRNGKey,
     state: StrategyState,
+    *,
+    mesh: Mesh | None = None,
+    batch_size: int | None = None,
 ) -> tuple[StrategyState, Metrics, Any]:
     """One generation: ask, evaluate, tell. Returns `(state, record, best_aux)`."""
-    ask_key, eval_key, tell_key = generation_keys(run_key, state.generation)
+    keys = generation_keys(run_key, state.generation)
+    # Barriers at the stage boundaries keep XLA from optimising across stages
+    # (fusing ask's unflatten into the fitness reductions, an FMA across the
+    # boundary, or sharing ask's broadcast of the mean with tell, after which
+    # tell's `x / std` may or may not become `x * (1 / std)` depending on the
+    # surrounding program). Every stage sees opaque inputs, as in its own jitted
+    # call, so a generation is bit-for-bit the composition of the public
+    # ask/evaluate/tell calls, with or without a mesh. The buffers exist anyway.
+    (ask_key, eval_key, tell_key), state = _barrier((keys, state))
     population, state_asked = strategy.ask(ask_key, state)
-    # Barriers at the stage boundaries keep XLA from fusing one stage into the
-    # next (e.g. ask's unflatten into the fitness reductions, or an FMA across the
-    # boundary), so a generation is bit-for-bit the composition of the public
-    # ask/evaluate/tell calls. Both buffers are materialised anyway.
-    population = _barrier(population)
+    population, state_asked = _barrier((population, state_asked))
     fitness, aux = evaluate(
-        fitness_fn, population, eval_key, filter_spec=strategy.filter_spec
+        fitness_fn,
+        population,
+        eval_key,
+        filter_spec=strategy.filter_spec,
+        maximize=strategy.maximize,
+        mesh=mesh,
+        batch_size=batch_size,
     )
     fitness, aux = _barrier((fitness, aux))
     new_state, metrics = strategy.tell(tell_key, population, fitness, state_asked)
@@ -132,7 +158,7 @@ def generation_step(
 @eqx.debug.assert_max_traces(max_traces=None)  # counts traces; tests read it
 def _run_chunk(
     strategy: Strategy,
-    fitness_fn: Callable[..., Any],
+    fitness_fn: Callable[..., Any] | MultiFidelity,
     run_key: PRNGKey | PRNGKeys,
     state: StrategyState,
     halted: Array,
@@ -140,12 +166,14 @@ def _run_chunk(
     chunk_size: int,
     halt_on_nonfinite: bool,
     batched: bool,
+    mesh: Mesh | None,
+    batch_size: int | None,
 ) -> tuple[StrategyState, Array, Any]:
     def one_seed(run_key: PRNGKey, state: StrategyState, halted: Array) -> Any:
         def generation(carry: Any) -> Any:
             state, halted = carry
             new_state, record, aux = generation_step(
-                strategy, fitness_fn, run_key, state
+                strategy, fitness_fn, run_key, state, mesh=mesh, batch_size=batch_size
             )
             if not halt_on_nonfinite:
                 return (new_state, halted), (record, aux, jnp.bool_(True))
@@ -169,9 +197,10 @@ def _run_chunk(
         )
         return state, halted, out
 
-    if batched:
-        return jax.vmap(one_seed)(run_key, state, halted)
-    return one_seed(run_key, state, halted)
+    run = jax.vmap(one_seed) if batched else one_seed
+    # With a mesh the whole chunk is one manual SPMD program: every device runs
+    # ask/tell on the whole (replicated) state, the evaluation alone is split.
+    return replicated(run, mesh)(run_key, state, halted)
 
 
 @eqx.filter_jit
@@ -187,7 +216,7 @@ def _check_positive_int(name: str, value: Any) -> int:
 
 def evolve(
     strategy: Strategy,
-    fitness_fn: Callable[..., Any],
+    fitness_fn: Callable[..., Any] | MultiFidelity,
     key: PRNGKey,
     *,
     num_generations: int,
@@ -196,12 +225,16 @@ def evolve(
     callback: Callable[[dict[str, Any]], None] | None = None,
     state: StrategyState | None = None,
     on_nonfinite: NonFinitePolicy = "rank_worst",
+    mesh: Mesh | None = None,
+    batch_size: int | None = None,
 ) -> EvolveResult:
     """Run `num_generations` generations of `strategy` on `fitness_fn`, on device.
 
     Arguments:
         strategy: an `eqxevo.Strategy`.
-        fitness_fn: `fitness_fn(genome, key) -> scalar | (scalar, aux)`.
+        fitness_fn: `fitness_fn(genome, key) -> scalar | (scalar, aux)`, or an
+            `eqxevo.MultiFidelity` (a cheap proxy for all, full evaluation for
+            the best k).
         key: the run's key (see the module docstring for the schedule).
         num_generations: generations to run in this call.
         chunk_size: generations per compiled chunk; the host sees results once per
@@ -215,6 +248,13 @@ def evolve(
         on_nonfinite: "rank_worst" ranks genomes with NaN/inf fitness worst and
             counts them in `history["num_nonfinite"]`; "raise" stops at the first
             such generation with `NonFiniteFitnessError` naming it.
+        mesh: split each generation's evaluation over the devices of this mesh
+            (`eqxevo.population_mesh()`, or `eqxevo.initialize_distributed(...)`
+            for several processes); `ask`/`tell` and the state stay replicated.
+            `population_size` (and a `MultiFidelity`'s `num_promoted`) must be a
+            multiple of the number of devices. Results do not depend on it.
+        batch_size: evaluate this many genomes at a time (per device) to bound
+            the lifetimes' memory; see `evaluate`. Results do not depend on it.
 
     Returns:
         An `EvolveResult`.
@@ -231,6 +271,15 @@ def evolve(
         raise ValueError(
             f"on_nonfinite must be 'rank_worst' or 'raise'; got {on_nonfinite!r}"
         )
+    check_batch_size(batch_size)
+    if mesh is not None and not isinstance(mesh, Mesh):
+        raise TypeError(
+            f"mesh must be a jax.sharding.Mesh (eqxevo.population_mesh()) or None; "
+            f"got {type(mesh).__name__}"
+        )
+    check_divisible("population_size", strategy.population_size, mesh_size(mesh))
+    if isinstance(fitness_fn, MultiFidelity):
+        fitness_fn.check(strategy.population_size, mesh)
     batched = num_seeds is not None
     if batched:
         seed_keys = jr.split(key, num_seeds)
@@ -243,6 +292,9 @@ def evolve(
         if state is None:
             state = eqx.filter_jit(strategy.init)(init_key)
         halted = jnp.zeros((), jnp.bool_)
+    # With a mesh, everything the chunks carry lives whole on every device (and
+    # every process): the strategy state is replicated, only evaluation splits.
+    state, run_key, halted = replicate((state, run_key, halted), mesh)
     chunk_size = min(chunk_size, num_generations)
     num_chunks = math.ceil(num_generations / chunk_size)
 
@@ -255,6 +307,15 @@ def evolve(
         if aux is not None:
             history["aux"] = jtu.tree_map(lambda a: np.asarray(a)[take], aux)
         valid = np.asarray(valid)[take]
+        if isinstance(fitness_fn, MultiFidelity):
+            size = strategy.population_size
+            shape = history["generation"].shape
+            history["agent_steps"] = np.full(
+                shape, fitness_fn.agent_steps(size), np.int64
+            )
+            history["agent_steps_full"] = np.full(
+                shape, fitness_fn.full_agent_steps(size), np.int64
+            )
         if on_nonfinite == "raise":
             bad = (history["num_nonfinite"] > 0) & valid
             if bad.any():
@@ -281,10 +342,12 @@ def evolve(
             run_key,
             state,
             halted,
-            jnp.asarray(num_active, jnp.int32),
+            replicate(jnp.asarray(num_active, jnp.int32), mesh),
             chunk_size,
             on_nonfinite == "raise",
             batched,
+            mesh,
+            batch_size,
         )
         # The device now runs chunk c; meanwhile the host handles chunk c - 1.
         if pending is not None:

@@ -1,0 +1,161 @@
+"""Runs eqxevo's scale scenarios in a fresh process and saves the results.
+
+`tests/test_sharding.py` launches this script with N host devices
+(`XLA_FLAGS=--xla_force_host_platform_device_count=N`), or as one of several
+processes joined by `jax.distributed`, and compares what it saves with the same
+scenarios run in the test process on one device without a mesh:
+
+    python tests/sharding_worker.py OUT.npz
+    python tests/sharding_worker.py OUT.npz --coordinator localhost:PORT \\
+        --num-processes 2 --process-id I
+
+Every scenario takes the mesh (None for the single-device reference) and returns
+a pytree of arrays. One process runs them on a mesh over all its devices and on
+one over its first two; processes joined by `jax.distributed` run them on the
+global mesh. Results are saved under `"{mesh size}/{scenario}/{leaf}"`; only
+process 0 writes OUT.npz.
+"""
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from helpers import Net, noisy_sphere
+
+# The same checks as the test suite (conftest): beartype on every eqxevo function,
+# strict dtype promotion. The hook stays installed: eqxevo loads some modules on
+# first use. Importing eqxevo must not start JAX (initialize_distributed below).
+from jaxtyping import install_import_hook
+
+install_import_hook("eqxevo", "beartype.beartype")
+import eqxevo  # noqa: E402
+from eqxevo.evaluate import evaluate  # noqa: E402
+
+POPULATION = 8  # divisible by 1, 2 and 4 devices
+
+
+def lifetime(genome: eqx.nn.MLP, key: jax.Array, steps: int) -> Any:
+    """A tiny L0-like lifetime: an MLP steers a noisy point towards the origin."""
+
+    def step(carry, step_key):
+        position, total = carry
+        action = genome(jnp.concatenate([position, jnp.sin(position)]))
+        position = position + 0.1 * action + 0.01 * jr.normal(step_key, (2,))
+        return (position, total - jnp.sum(position**2)), None
+
+    start = jnp.ones(2)
+    (position, total), _ = jax.lax.scan(
+        step, (start, jnp.zeros(())), jr.split(key, steps)
+    )
+    return total / steps, {"distance": jnp.sqrt(jnp.sum(position**2))}
+
+
+def mlp() -> eqx.nn.MLP:
+    return eqx.nn.MLP(4, 2, 8, 1, activation=jnp.tanh, key=jr.key(0))
+
+
+def multi_fidelity(num_promoted: int = 4) -> eqxevo.MultiFidelity:
+    return eqxevo.MultiFidelity(
+        lambda g, k: lifetime(g, k, 3),
+        lambda g, k: lifetime(g, k, 8),
+        num_promoted=num_promoted,
+        proxy_steps=3,
+        full_steps=8,
+    )
+
+
+def evolve(mesh: Any) -> Any:
+    """Multi-fidelity, two seeds, micro-batches of 3 (the last one padded)."""
+    strategy = eqxevo.Strategy("snes", mlp(), POPULATION, maximize=True)
+    result = eqxevo.evolve(
+        strategy,
+        multi_fidelity(),
+        jr.key(7),
+        num_generations=3,
+        num_seeds=2,
+        batch_size=3,
+        mesh=mesh,
+    )
+    return {"state": result.state, "history": result.history}
+
+
+def evaluate_once(mesh: Any) -> Any:
+    """A standalone evaluate (its own shard_map), with per-step noise and aux."""
+    strategy = eqxevo.Strategy("snes", mlp(), POPULATION)
+    population, _ = strategy.ask(jr.key(1), strategy.init(jr.key(2)))
+    return evaluate(lambda g, k: lifetime(g, k, 8), population, jr.key(3), mesh=mesh)
+
+
+SCENARIOS: dict[str, Callable[[Any], Any]] = {
+    "evolve": evolve,
+    "evaluate": evaluate_once,
+}
+
+
+def errors(mesh: Any) -> list[str]:
+    """The messages for a population and a k that do not split over the mesh."""
+    messages = []
+    for fitness_fn, size in (
+        (noisy_sphere, 2 * mesh.size + 1),
+        (multi_fidelity(num_promoted=mesh.size + 1), 4 * mesh.size),
+    ):
+        strategy = eqxevo.Strategy("snes", Net(key=jr.key(0)), size)
+        try:
+            eqxevo.evolve(strategy, fitness_fn, jr.key(0), num_generations=1, mesh=mesh)
+            messages.append("no error")
+        except ValueError as err:
+            messages.append(str(err))
+    return messages
+
+
+def flatten(tree: Any) -> list[np.ndarray]:
+    """Leaves as NumPy arrays (typed keys as their raw data)."""
+    out = []
+    for leaf in jax.tree.leaves(tree):
+        if jax.dtypes.issubdtype(jnp.asarray(leaf).dtype, jax.dtypes.prng_key):
+            leaf = jr.key_data(leaf)
+        out.append(np.asarray(jax.device_get(leaf)))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--coordinator")
+    parser.add_argument("--num-processes", type=int)
+    parser.add_argument("--process-id", type=int)
+    args = parser.parse_args()
+
+    if args.coordinator is not None:
+        meshes = [
+            eqxevo.initialize_distributed(
+                args.coordinator, args.num_processes, args.process_id
+            )
+        ]
+    else:
+        # every device, and the first two of them (a 2-device run)
+        meshes = [eqxevo.population_mesh(), eqxevo.population_mesh(jax.devices()[:2])]
+    jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+    arrays: dict[str, np.ndarray] = {}
+    for mesh in meshes:
+        for name, scenario in SCENARIOS.items():
+            for i, leaf in enumerate(flatten(scenario(mesh))):
+                arrays[f"{mesh.size}/{name}/{i}"] = leaf
+        arrays[f"{mesh.size}/errors"] = np.asarray(errors(mesh))
+    arrays["num_processes"] = np.asarray(jax.process_count())
+
+    if jax.process_index() == 0:
+        np.savez(args.out, **arrays)  # pyright: ignore[reportArgumentType]
+    if args.coordinator is not None:
+        jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
