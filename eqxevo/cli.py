@@ -225,5 +225,20 @@ def strategies(as_json: bool) -> None:
                 click.echo(f"  {r.name:<{width}}  {r.family:<12}  {r.description}")
 
 
+@main.command(
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_extra_args": True,
+        "help_option_names": [],
+    },
+)
+@click.pass_context
+def bench(ctx: click.Context) -> None:
+    """Benchmarks: milestones, baselines, scaling (see `eqxevo bench --help`)."""
+    from .bench.cli import main as bench_main
+
+    sys.exit(bench_main(list(ctx.args)))
+
+
 if __name__ == "__main__":
     main()

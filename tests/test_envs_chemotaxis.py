@@ -10,6 +10,7 @@ from reference_envs import as_numpy, chemotaxis_step, wrap
 
 from eqxevo import rollout, testing
 from eqxevo.envs import Chemotaxis, ChemotaxisParams, ChemotaxisState
+from eqxevo.envs.base import traced_param_checks
 
 ENV = Chemotaxis()
 step = eqx.filter_jit(ENV.step)
@@ -131,8 +132,11 @@ def test_bad_params_raise_naming_the_parameter(bad):
 def test_traced_invalid_params_fail_at_run_time(key):
     params = eqx.tree_at(lambda p: p.length_scale, ENV.default_params(), -1.0)
     params = jax.tree.map(jnp.asarray, params)
-    with pytest.raises(Exception, match="invalid params"):
-        jax.block_until_ready(reset(key, params))
+    with traced_param_checks(), pytest.raises(Exception, match="invalid params"):
+        jax.block_until_ready(eqx.filter_jit(ENV.reset)(key, params))
+    # eagerly (concrete params): a ValueError at once
+    with pytest.raises(ValueError, match="invalid params"):
+        ENV.reset(key, params)
 
 
 def test_variants_are_params_run_by_one_program(key):

@@ -10,7 +10,11 @@
 from typing import Any
 
 from .arena import AbstractArenaEnv as AbstractArenaEnv
-from .base import AbstractEnv as AbstractEnv
+from .base import (
+    AbstractEnv as AbstractEnv,
+    check_params as check_params,
+    traced_param_checks as traced_param_checks,
+)
 from .chemotaxis import (
     Chemotaxis as Chemotaxis,
     ChemotaxisParams as ChemotaxisParams,

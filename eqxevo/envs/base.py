@@ -26,14 +26,57 @@ What eqxevo relies on (and `eqxevo.testing.check_env` verifies):
 """
 
 import abc
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import equinox as eqx
+import jax
+import numpy as np
 
 from .._types import Array, Bool, Float, PRNGKey, Scalar
 
 EnvParams = Any
 EnvState = Any
+
+
+_TRACED_CHECKS = [False]
+
+
+@contextlib.contextmanager
+def traced_param_checks(enabled: bool = True) -> Iterator[None]:
+    """Compile the environments' params checks into programs traced inside.
+
+    Params constructors already validate every field, and concrete params are
+    checked eagerly by `check_params`; what remains are params edited or built
+    as traced arrays. Checking those needs `eqx.error_if`, whose host callback
+    keeps a program out of JAX's persistent compilation cache, so it is off by
+    default. Turn it on while debugging:
+
+        with eqxevo.envs.traced_param_checks():
+            fitness = eqx.filter_jit(fitness_fn)(genome, key)
+    """
+    previous = _TRACED_CHECKS[0]
+    _TRACED_CHECKS[0] = enabled
+    try:
+        yield
+    finally:
+        _TRACED_CHECKS[0] = previous
+
+
+def check_params(value: Array, invalid: Array, message: str) -> Array:
+    """`value`, after checking `invalid` (a bool scalar computed from params).
+
+    Concrete `invalid`: raises `ValueError(message)` now if true. Traced: an
+    `eqx.error_if` inside `traced_param_checks()`, otherwise nothing.
+    """
+    if not isinstance(invalid, jax.core.Tracer):  # pyright: ignore[reportAttributeAccessIssue]
+        if bool(np.asarray(invalid)):
+            raise ValueError(message)
+        return value
+    if _TRACED_CHECKS[0]:
+        return eqx.error_if(value, invalid, message)
+    return value
 
 
 class AbstractEnv(eqx.Module):

@@ -44,6 +44,7 @@ from .arena import (
     scalar_param,
     sensor_points,
 )
+from .base import check_params
 
 
 class ChemotaxisParams(eqx.Module):
@@ -202,7 +203,7 @@ class Chemotaxis(AbstractArenaEnv):
             | (params.source_min_distance > params.source_max_distance)
             | (params.episode_length < 1)
         )
-        heading = eqx.error_if(
+        heading = check_params(
             2 * math.pi * u[0] - math.pi,
             invalid,
             "Chemotaxis: invalid params (need arena_half, axle_length, length_scale, "

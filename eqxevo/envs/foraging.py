@@ -48,6 +48,7 @@ from .arena import (
     scalar_param,
     sensor_points,
 )
+from .base import check_params
 
 
 class ForagingParams(eqx.Module):
@@ -299,7 +300,7 @@ class Foraging(AbstractArenaEnv):
         layout_key, noise_key = jr.split(key)
         shape = (self.num_resources, self.patches_per_resource)
         heading, patches, _ = layout(layout_key, shape, params)
-        heading = eqx.error_if(
+        heading = check_params(
             heading,
             invalid_feeding(params),
             "Foraging: invalid params (need arena_half, axle_length, length_scale, "

@@ -43,6 +43,7 @@ from .arena import (
     exponential_field,
     scalar_param,
 )
+from .base import check_params
 from .foraging import (
     consume,
     homeostasis,
@@ -252,7 +253,7 @@ class LongHorizon(AbstractArenaEnv):
         shape = (NUM_RESOURCES, self.patches_per_resource)
         heading, patches, coin = layout(layout_key, shape, params)
         invalid = invalid_feeding(params) | (params.season_length < 1)
-        heading = eqx.error_if(
+        heading = check_params(
             heading,
             invalid,
             "LongHorizon: invalid params (need arena_half, axle_length, length_scale, "

@@ -292,9 +292,13 @@ class DenseLayout(AbstractLayout):
 
 # -- choosing a layout ------------------------------------------------------------
 
-# Measured crossovers (docs/performance.md, `python scripts/bench.py layouts`).
-# Placeholder until measured: see choose_layout.
-_DENSE_MAX_DENSITY_CPU = 0.0
+# Measured crossovers on CPU (docs/performance.md "Layouts"; reproduce with
+# `eqxevo bench --only layouts`): segment wins up to these fan-ins, gather above
+# them; dense never won on CPU at densities up to 25% (N = 64 ... 4096).
+SEGMENT_MAX_FAN_IN_CPU = 16
+SEGMENT_MAX_FAN_IN_CPU_PLASTIC = 4
+# gather's slots (K * N) beyond this multiple of E_max count as ragged
+RAGGED_SLOTS = 1.25
 
 
 def choose_layout(
@@ -307,9 +311,17 @@ def choose_layout(
 ) -> str:
     """The layout `"auto"` picks for a topology, by the measured rule.
 
+    On CPU (measured): `"segment"` when the fan-in K is at most 16 (4 with
+    plasticity), else `"gather"`; at every measured point the pick is within 0.9x
+    of the fastest layout. A ragged in-degree (K * N > 1.25 E_max) always gets
+    `"segment"` (gather would store mostly padding). On GPU/TPU (not measured
+    here): `"gather"`, which has no scatter and so avoids the known
+    vmapped-`segment_sum` and scatter-add
+    slowdowns listed in PERFORMANCE_NOTES.md; pass `layout=` to override.
+
     Arguments:
         num_neurons: N.
-        num_edges: E_max (the work of the segment layout is proportional to it).
+        num_edges: E_max.
         max_fan_in: K (the gather layout stores `K * N` slots).
         plastic: whether per-edge weights and traces are updated every step.
         platform: `"cpu"`, `"gpu"`, `"tpu"`; default `jax.default_backend()`.
@@ -317,24 +329,15 @@ def choose_layout(
     Returns:
         `"segment"`, `"gather"` or `"dense"`.
     """
+    # A ragged in-degree (max fan-in far above the mean) would make gather's
+    # K * N slots mostly padding: the edge list is the only compact layout then.
+    if max(1, max_fan_in) * num_neurons > RAGGED_SLOTS * num_edges:
+        return "segment"
     platform = platform or jax.default_backend()
     if platform != "cpu":
-        # Not measured on accelerators yet: use the CPU rule (see
-        # docs/performance.md). Replace this branch with measured crossovers.
-        return _choose_cpu(num_neurons, num_edges, max_fan_in, plastic)
-    return _choose_cpu(num_neurons, num_edges, max_fan_in, plastic)
-
-
-def _choose_cpu(
-    num_neurons: int, num_edges: int, max_fan_in: int, plastic: bool
-) -> str:
-    del plastic
-    slots = max(1, max_fan_in) * num_neurons
-    if num_edges / num_neurons**2 >= 0.125 and num_neurons <= 256:
-        return "dense"
-    if slots <= 1.25 * num_edges:
         return "gather"
-    return "segment"
+    limit = SEGMENT_MAX_FAN_IN_CPU_PLASTIC if plastic else SEGMENT_MAX_FAN_IN_CPU
+    return "segment" if max_fan_in <= limit else "gather"
 
 
 _LAYOUT_CLASSES: dict[str, Callable[[Topology], AbstractLayout]] = {

@@ -1,14 +1,9 @@
-"""Benchmark harness: the measurements behind docs/performance.md.
+"""Network benchmarks: layout throughput, memory per genome, trace dtype drift.
 
-`scripts/bench.py` is the command-line entry; every figure in the docs comes from
-a function here. Timings are never asserted in tests.
+The figures behind docs/performance.md "Networks"; `eqxevo bench layouts` and
+`eqxevo bench traces` run them. Timings are never asserted in tests.
 """
 
-import math
-import os
-import platform
-import statistics
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,41 +13,9 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from ._types import PRNGKey
-from .evaluate import evaluate
-
-
-def machine_info() -> dict[str, Any]:
-    """Where a measurement ran: platform, CPU count, JAX version, load average."""
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
-    return {
-        "backend": jax.default_backend(),
-        "device": str(jax.devices()[0]),
-        "cpu_count": os.cpu_count(),
-        "processor": platform.processor() or platform.machine(),
-        "jax": jax.__version__,
-        "load_average": [round(x, 2) for x in load],
-    }
-
-
-def time_call(fn: Callable[[], Any], repeats: int) -> tuple[float, float, float]:
-    """Run `fn` once to compile, then `repeats` times.
-
-    Returns:
-        `(compile_s, median_wall_s, median_cpu_s)`. CPU time is this process's
-        (all its threads); on a shared machine it is steadier than wall time.
-    """
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    compile_s = time.perf_counter() - start
-    walls, cpus = [], []
-    for _ in range(repeats):
-        wall0, cpu0 = time.perf_counter(), time.process_time()
-        jax.block_until_ready(fn())
-        walls.append(time.perf_counter() - wall0)
-        cpus.append(time.process_time() - cpu0)
-    return compile_s, statistics.median(walls), statistics.median(cpus)
-
+from .._types import PRNGKey
+from ..evaluate import evaluate
+from .common import time_call
 
 # =====================================================================================
 # Network layouts (eqxevo/nets): step throughput, memory per genome, trace dtype drift
@@ -116,7 +79,7 @@ def build_policy(
     key: PRNGKey,
 ) -> Any:
     """The benchmarked network: a sparse rate or spiking policy, 4 in, 2 out."""
-    from .nets import (  # local: nets imports nothing from here
+    from ..nets import (  # local: nets imports nothing from here
         HebbianRule,
         SparseRatePolicy,
         SparseSpikingPolicy,
@@ -159,7 +122,7 @@ def layout_throughput(
     process CPU time), the layout `"auto"` would pick, and the lifetime-state
     bytes of one genome.
     """
-    from .nets import choose_layout
+    from ..nets import choose_layout
 
     policy_key, population_key, eval_key, state_key = jr.split(key, 4)
     policy = build_policy(
@@ -280,7 +243,7 @@ def best_and_auto(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     re-summarised after the rule changes. Ranking uses process CPU time (steadier
     than wall time on a shared machine).
     """
-    from .nets import choose_layout
+    from ..nets import choose_layout
 
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in records:
@@ -338,7 +301,7 @@ def trace_drift(
     decaying from 1 (exact `decay^T`) and one accumulating 1e-3 per step (exact
     `1e-3 (1 - decay^T) / (1 - decay)`).
     """
-    from .nets.plasticity import check_trace_dtype, random_bits, stochastic_round
+    from ..nets.plasticity import check_trace_dtype, random_bits, stochastic_round
 
     dtype = check_trace_dtype(trace_dtype)
     if rounding not in ("nearest", "stochastic"):
@@ -428,10 +391,8 @@ __all__ = [
     "layout_grid",
     "layout_sweep",
     "layout_throughput",
-    "machine_info",
     "make_population",
     "state_bytes",
-    "time_call",
     "trace_drift",
     "trace_drift_sweep",
 ]

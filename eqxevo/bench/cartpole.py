@@ -1,0 +1,196 @@
+"""CartPole: eqxevo against evosax's GymnaxProblem and EvoJAX's SimManager.
+
+Same network (an MLP of two hidden layers of 32 tanh units), same population and
+the same number of environment steps per genome (T, episodes continue until T),
+one generation = ask, evaluate the population, tell:
+
+- eqxevo: `evolve` with SNES on `gymnax:CartPole-v1` (the `rl` extra);
+- evosax: `GymnaxProblem("CartPole-v1", MLP)` with evosax's SNES, the jitted
+  `ask`/`eval`/`tell` calls of evosax's own examples, one Python call each per
+  generation;
+- EvoJAX: `SimManager.eval_params` on EvoJAX's own cart-pole task
+  (`CartPoleSwingUp`, balance variant: its own physics, same sizes) with its
+  `MLPPolicy` and PGPE (the `bench` extra).
+
+A side that cannot run (a package missing) is reported with the reason.
+"""
+
+import time
+from typing import Any
+
+import jax
+import jax.random as jr
+
+from ..config import from_dict
+from ..experiment import build
+from .milestones import time_evolve
+
+HIDDEN = 32
+
+
+def eqxevo_cartpole(
+    population_size: int, num_steps: int, *, num_generations: int, repeats: int
+) -> dict[str, Any]:
+    experiment = from_dict(
+        {
+            "env": {"name": "gymnax:CartPole-v1"},
+            "net": {"name": "mlp", "options": {"width": HIDDEN, "depth": 2}},
+            "strategy": {"name": "snes", "population_size": population_size},
+            "run": {"lifetime": num_steps},
+        }
+    )
+    built = build(experiment)
+    timing = time_evolve(built, num_generations=num_generations, repeats=repeats)
+    return {
+        "side": "eqxevo",
+        **timing,
+        "agent_steps_per_s": population_size * num_steps / timing["generation_s"],
+    }
+
+
+def evosax_cartpole(
+    population_size: int, num_steps: int, *, num_generations: int, repeats: int
+) -> dict[str, Any]:
+    from evosax.algorithms import SNES
+    from evosax.problems import GymnaxProblem
+    from evosax.problems.networks import MLP, categorical_output_fn
+
+    policy = MLP(layer_sizes=(HIDDEN, HIDDEN, 2), output_fn=categorical_output_fn)
+    problem = GymnaxProblem("CartPole-v1", policy, episode_length=num_steps)
+    key = jr.key(0)
+    solution = problem.sample(key)
+    strategy = SNES(population_size=population_size, solution=solution)
+    params = strategy.default_params
+    state = strategy.init(key, solution, params)
+    problem_state = problem.init(key)
+
+    ask = jax.jit(strategy.ask)
+    tell = jax.jit(strategy.tell)
+
+    def generations(state: Any, problem_state: Any, count: int) -> Any:
+        k = key
+        for _ in range(count):
+            k, ask_key, eval_key, tell_key = jr.split(k, 4)
+            population, state = ask(ask_key, state, params)
+            fitness, problem_state, _ = problem.eval(
+                eval_key, population, problem_state
+            )
+            state, _ = tell(tell_key, population, -fitness, state, params)
+        return state, problem_state
+
+    start = time.perf_counter()
+    # three generations: the state after `tell` may differ in weak types from
+    # `init`'s, which compiles `ask` and `tell` once more
+    jax.block_until_ready(generations(state, problem_state, 3))
+    first = time.perf_counter() - start
+    walls = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(generations(state, problem_state, num_generations))
+        walls.append((time.perf_counter() - start) / num_generations)
+    generation_s = sorted(walls)[len(walls) // 2]
+    return {
+        "side": "evosax GymnaxProblem",
+        "compile_s": max(first - 3 * generation_s, 0.0),
+        "generation_s": generation_s,
+        "agent_steps_per_s": population_size * num_steps / generation_s,
+    }
+
+
+def evojax_cartpole(
+    population_size: int, num_steps: int, *, num_generations: int, repeats: int
+) -> dict[str, Any]:
+    import logging
+
+    from evojax.algo import PGPE
+    from evojax.policy.mlp import MLPPolicy
+    from evojax.sim_mgr import SimManager
+    from evojax.task.cartpole import CartPoleSwingUp
+
+    quiet = logging.getLogger("evojax-bench")
+    quiet.setLevel(logging.ERROR)
+    train = CartPoleSwingUp(max_steps=num_steps, harder=False, test=False)
+    valid = CartPoleSwingUp(max_steps=num_steps, harder=False, test=True)
+    policy = MLPPolicy(
+        input_dim=train.obs_shape[0],
+        hidden_dims=[HIDDEN, HIDDEN],
+        output_dim=train.act_shape[0],
+        logger=quiet,
+    )
+    solver = PGPE(
+        pop_size=population_size, param_size=policy.num_params, seed=0, logger=quiet
+    )
+    sim = SimManager(
+        n_repeats=1,
+        test_n_repeats=1,
+        pop_size=population_size,
+        n_evaluations=1,
+        policy_net=policy,
+        train_vec_task=train,
+        valid_vec_task=valid,
+        seed=0,
+        logger=quiet,
+    )
+
+    def generations(count: int) -> Any:
+        scores = None
+        for _ in range(count):
+            params = solver.ask()
+            scores, _ = sim.eval_params(params=params, test=False)
+            solver.tell(fitness=scores)
+        return scores
+
+    start = time.perf_counter()
+    jax.block_until_ready(generations(3))
+    first = time.perf_counter() - start
+    walls = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(generations(num_generations))
+        walls.append((time.perf_counter() - start) / num_generations)
+    generation_s = sorted(walls)[len(walls) // 2]
+    return {
+        "side": "EvoJAX SimManager",
+        "compile_s": max(first - 3 * generation_s, 0.0),
+        "generation_s": generation_s,
+        "agent_steps_per_s": population_size * num_steps / generation_s,
+    }
+
+
+def cartpole_comparison(
+    *, quick: bool = False, repeats: int = 3
+) -> list[dict[str, Any]]:
+    """All three sides; each record gets `eqxevo_over_side` (eqxevo's speed-up)."""
+    population_size, num_steps = (32, 100) if quick else (256, 500)
+    generations = 2 if quick else 3
+    rows: list[dict[str, Any]] = []
+    for side, fn in (
+        ("eqxevo", eqxevo_cartpole),
+        ("evosax GymnaxProblem", evosax_cartpole),
+        ("EvoJAX SimManager", evojax_cartpole),
+    ):
+        row: dict[str, Any]
+        try:
+            row = fn(
+                population_size,
+                num_steps,
+                num_generations=generations,
+                repeats=repeats,
+            )
+        except ImportError as err:
+            row = {"side": side, "skipped": f"cannot import: {err}"}
+        row["population_size"], row["lifetime"] = population_size, num_steps
+        rows.append(row)
+    ours = rows[0].get("agent_steps_per_s")
+    for row in rows:
+        if ours and row.get("agent_steps_per_s"):
+            row["eqxevo_over_side"] = ours / row["agent_steps_per_s"]
+    return rows
+
+
+__all__ = [
+    "cartpole_comparison",
+    "eqxevo_cartpole",
+    "evojax_cartpole",
+    "evosax_cartpole",
+]

@@ -1,0 +1,139 @@
+"""What every benchmark shares: where it ran, how it is timed, how it is written."""
+
+import csv
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+
+
+def machine_info() -> dict[str, Any]:
+    """Where a measurement ran: platform, devices, CPU count, versions, load."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
+    return {
+        "backend": jax.default_backend(),
+        "device": str(jax.devices()[0]),
+        "device_kind": jax.devices()[0].device_kind,
+        "num_devices": jax.device_count(),
+        "cpu_count": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "load_average": [round(x, 2) for x in load],
+    }
+
+
+def time_call(fn: Callable[[], Any], repeats: int) -> tuple[float, float, float]:
+    """Run `fn` once to compile, then `repeats` times.
+
+    Returns:
+        `(compile_s, median_wall_s, median_cpu_s)`. `compile_s` is the first
+        call's wall time (compilation plus one run). CPU time is this process's
+        (all its threads); on a shared machine it is steadier than wall time.
+    """
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    compile_s = time.perf_counter() - start
+    walls, cpus = [], []
+    for _ in range(repeats):
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        jax.block_until_ready(fn())
+        walls.append(time.perf_counter() - wall0)
+        cpus.append(time.process_time() - cpu0)
+    return compile_s, statistics.median(walls), statistics.median(cpus)
+
+
+def peak_memory() -> dict[str, Any]:
+    """Peak memory so far: the device's allocator peak where it reports one
+    (GPU/TPU), else this process's peak resident set size (CPU)."""
+    stats = jax.devices()[0].memory_stats() or {}
+    if "peak_bytes_in_use" in stats:
+        return {"peak_bytes": int(stats["peak_bytes_in_use"]), "memory": "device"}
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+    return {"peak_bytes": int(rss * scale), "memory": "process peak RSS"}
+
+
+def program_bytes(fn: Callable[..., Any], *args: Any) -> dict[str, int] | None:
+    """Memory XLA plans for `jax.jit(fn)(*args)`: arguments, outputs, temporaries.
+
+    Independent of what ran before in the process, so it shows how memory grows
+    with P, T or E. None where the backend gives no analysis.
+    """
+    try:
+        analysis = jax.jit(fn).lower(*args).compile().memory_analysis()
+    except Exception:
+        return None
+    if analysis is None:
+        return None
+    return {
+        "argument_bytes": int(analysis.argument_size_in_bytes),
+        "output_bytes": int(analysis.output_size_in_bytes),
+        "temp_bytes": int(analysis.temp_size_in_bytes),
+    }
+
+
+def fmt(value: Any) -> str:
+    """A table cell: 3 significant digits for floats, empty for None."""
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return "" if value is None else str(value)
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """A Markdown table of `rows` (missing cells empty)."""
+    cells = [[fmt(r.get(c)) for c in columns] for r in rows]
+    widths = [
+        max(len(c), *(len(row[i]) for row in cells)) if cells else len(c)
+        for i, c in enumerate(columns)
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        padded = (v.rjust(w) for v, w in zip(values, widths, strict=True))
+        return "| " + " | ".join(padded) + " |"
+
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(columns), sep, *(line(row) for row in cells)])
+
+
+def write_records(
+    out: Path, name: str, meta: dict[str, Any], rows: Sequence[dict[str, Any]]
+) -> None:
+    """`out/name.json` (machine info + records) and `out/name.csv`."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(
+        json.dumps({"machine": meta, "records": list(rows)}, indent=1, default=str)
+    )
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    with (out / f"{name}.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(
+            {
+                k: json.dumps(v) if isinstance(v, list | dict) else v
+                for k, v in r.items()
+            }
+            for r in rows
+        )
+
+
+__all__ = [
+    "fmt",
+    "machine_info",
+    "peak_memory",
+    "program_bytes",
+    "table",
+    "time_call",
+    "write_records",
+]

@@ -1,0 +1,238 @@
+"""The milestone workloads L0, L2 and L4, timed through `eqxevo.evolve`.
+
+Each milestone is an ordinary experiment (`eqxevo.config.Experiment`), built by
+`eqxevo.experiment.build` exactly as `eqxevo run` builds it, and timed by calling
+`evolve` (the one loop). Per milestone:
+
+- `compile_s`: first call minus a steady call (tracing + XLA compilation);
+- `generation_s`: median over repeats of a steady call, per generation
+  (`evolve` returns on the host, so every repeat is complete);
+- `agent_steps_per_s`: P T / `generation_s`;
+- `sharded`: the same with the population split over every device (on a CPU,
+  `eqxevo bench` makes one device per core, so this is the all-cores figure);
+- memory: the device allocator's peak where there is one, else the process's
+  peak RSS, plus XLA's planned bytes for one generation's evaluation.
+
+With `baselines=True` (L0 by default) the same population and lifetime also run
+through the hand-written alternatives of `bench.baselines`, reported as ratios.
+"""
+
+import dataclasses
+import time
+from typing import Any
+
+import jax
+import jax.random as jr
+
+from ..config import Experiment, from_dict
+from ..evaluate import evaluate
+from ..evolve import evolve
+from ..experiment import Built, build
+from . import baselines
+from .common import peak_memory, program_bytes, time_call
+
+MILESTONES: dict[str, dict[str, Any]] = {
+    "L0": {
+        "env": {"name": "chemotaxis"},
+        "net": {"name": "sparse_rate", "options": {"num_neurons": 64, "fan_in": 8}},
+        "strategy": {"name": "snes", "population_size": 256},
+        "run": {"lifetime": 1000},
+    },
+    "L2": {
+        "env": {"name": "foraging"},
+        "net": {"name": "sparse_rate", "options": {"num_neurons": 128, "fan_in": 8}},
+        "strategy": {"name": "snes", "population_size": 256},
+        "run": {"lifetime": 5000},
+    },
+    "L4": {
+        "env": {"name": "long_horizon"},
+        "net": {
+            "name": "sparse_rate",
+            "options": {
+                "num_neurons": 128,
+                "fan_in": 8,
+                "plasticity": {"learning_rate": 0.01, "trace_decay": 0.9},
+            },
+        },
+        "strategy": {"name": "snes", "population_size": 128},
+        "run": {"lifetime": 20000},
+    },
+}
+"""The workloads of ../shared/seeds/000 section 8, as experiment tables."""
+
+QUICK_SIZES: dict[str, tuple[int, int]] = {
+    "L0": (32, 100),
+    "L2": (32, 200),
+    "L4": (16, 400),
+}
+"""(P, T) in quick mode (the CI smoke run)."""
+
+
+def milestone_experiment(name: str, *, quick: bool = False) -> Experiment:
+    """The experiment of milestone `name` ("L0", "L2", "L4"), shrunk if `quick`."""
+    if name not in MILESTONES:
+        raise ValueError(
+            f"milestone must be one of {', '.join(MILESTONES)} or 'all'; got {name!r}"
+        )
+    table = {k: dict(v) for k, v in MILESTONES[name].items()}
+    if quick:
+        population_size, lifetime = QUICK_SIZES[name]
+        table["strategy"] = {**table["strategy"], "population_size": population_size}
+        table["run"] = {**table["run"], "lifetime": lifetime}
+    return from_dict(table)
+
+
+def time_evolve(
+    built: Built, *, num_generations: int, repeats: int, mesh: Any = None
+) -> dict[str, Any]:
+    """Compile time and steady per-generation time of `evolve` on `built`
+    (sharded over `mesh` if given)."""
+
+    def call() -> Any:
+        result = evolve(
+            built.strategy,
+            built.fitness,
+            built.key,
+            num_generations=num_generations,
+            chunk_size=num_generations,
+            mesh=mesh,
+        )
+        return result.best_fitness
+
+    first, wall, cpu = time_call(call, repeats)
+    return {
+        "compile_s": max(first - wall, 0.0),
+        "generation_s": wall / num_generations,
+        "generation_cpu_s": cpu / num_generations,
+    }
+
+
+def evaluation_bytes(built: Built) -> dict[str, int] | None:
+    """XLA's planned memory for evaluating one generation's population."""
+    strategy = built.strategy
+    population, _ = strategy.ask(jr.key(0), strategy.init(jr.key(1)))
+    return program_bytes(
+        lambda pop, key: evaluate(
+            built.fitness, pop, key, filter_spec=strategy.filter_spec
+        )[0],
+        population,
+        jr.key(2),
+    )
+
+
+def run_milestone(
+    name: str,
+    *,
+    quick: bool = False,
+    baselines_too: bool | None = None,
+    repeats: int = 3,
+    num_generations: int | None = None,
+) -> dict[str, Any]:
+    """Time milestone `name`; returns one record (see the module docstring)."""
+    experiment = milestone_experiment(name, quick=quick)
+    built = build(experiment)
+    p = built.strategy.population_size
+    t = experiment.run.lifetime
+    generations = num_generations or (2 if quick else 3)
+    start = time.perf_counter()
+    timing = time_evolve(built, num_generations=generations, repeats=repeats)
+    record: dict[str, Any] = {
+        "milestone": name,
+        "quick": quick,
+        "env": experiment.env.name,
+        "net": experiment.net.name,
+        "net_options": dict(experiment.net.options),
+        "layout": getattr(getattr(built.genome, "layout", None), "name", None),
+        "strategy": experiment.strategy.name,
+        "population_size": p,
+        "lifetime": t,
+        "num_params": built.strategy.num_params,
+        "generations_timed": generations,
+        "repeats": repeats,
+        **timing,
+        "agent_steps_per_s": p * t / timing["generation_s"],
+        "agent_steps_per_cpu_s": p * t / timing["generation_cpu_s"],
+        **peak_memory(),
+        "evaluation_program": evaluation_bytes(built),
+    }
+    if jax.device_count() > 1 and p % jax.device_count() == 0:
+        from ..sharding import population_mesh
+
+        sharded = time_evolve(
+            built, num_generations=generations, repeats=repeats, mesh=population_mesh()
+        )
+        record["sharded"] = {
+            "num_devices": jax.device_count(),
+            **sharded,
+            "agent_steps_per_s": p * t / sharded["generation_s"],
+        }
+    do_baselines = (name == "L0") if baselines_too is None else baselines_too
+    if do_baselines:
+        record["baselines"] = l0_baselines(built, record, quick=quick)
+    record["wall_s"] = time.perf_counter() - start
+    return record
+
+
+def l0_baselines(
+    built: Built, record: dict[str, Any], *, quick: bool
+) -> list[dict[str, Any]]:
+    """The hand-written alternatives on the same population, with ratios."""
+    strategy = built.strategy
+    population, _ = strategy.ask(jr.key(0), strategy.init(jr.key(1)))
+    env, params = built.env, built.env_params
+    lifetime = record["lifetime"]
+    ours = record["agent_steps_per_s"]
+    out = []
+    short = min(lifetime, 20 if quick else 200)
+    out.append(
+        baselines.python_step_loop(
+            population, env, params, jr.key(3), num_genomes=2, num_steps=short
+        )
+    )
+    out.append(
+        baselines.python_scan_loop(
+            population,
+            env,
+            params,
+            jr.key(3),
+            num_genomes=4 if quick else 16,
+            num_steps=lifetime,
+        )
+    )
+    if built.experiment.env.name == "chemotaxis":
+        out.append(
+            baselines.numpy_vectorised(
+                population, params, num_steps=min(lifetime, 50 if quick else 200)
+            )
+        )
+    fused = baselines.hand_fused(
+        strategy,
+        built.fitness,
+        built.key,
+        num_generations=record["generations_timed"],
+        repeats=record["repeats"],
+    )
+    fused["agent_steps_per_s"] = (
+        record["population_size"] * lifetime / fused["generation_s"]
+    )
+    out.append(fused)
+    for b in out:
+        b["evolve_over_baseline"] = ours / b["agent_steps_per_s"]
+    return out
+
+
+def config_of(record: dict[str, Any]) -> dict[str, Any]:
+    """The experiment a record timed, as a TOML-able dict."""
+    experiment = milestone_experiment(record["milestone"], quick=record["quick"])
+    return dataclasses.asdict(experiment)
+
+
+__all__ = [
+    "MILESTONES",
+    "QUICK_SIZES",
+    "evaluation_bytes",
+    "l0_baselines",
+    "milestone_experiment",
+    "run_milestone",
+    "time_evolve",
+]

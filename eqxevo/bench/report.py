@@ -1,0 +1,233 @@
+"""`report.md`: the measured ratios against the targets of the benchmark issue.
+
+A target that is missed says by how much; a figure that was not measured says
+so. Nothing here is asserted: CI runs the harness, people read the report.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .common import fmt, table
+
+
+def _target(name: str, value: float | None, bound: float, above: bool) -> dict:
+    if value is None:
+        return {"target": name, "value": None, "status": "not measured"}
+    met = value >= bound if above else value <= bound
+    if met:
+        status = "met"
+    else:
+        factor = bound / value if above else value / bound
+        status = f"missed by {factor:.2f}x"
+    return {"target": name, "value": value, "status": status}
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target of the issue with its measured value and status."""
+    rows = []
+    milestones = {r["milestone"]: r for r in results.get("milestones", [])}
+    l0 = milestones.get("L0", {})
+    ratios = {b["baseline"]: b["evolve_over_baseline"] for b in l0.get("baselines", [])}
+    rows.append(
+        _target("evolve / hand-fused JAX >= 0.95", ratios.get("hand_fused"), 0.95, True)
+    )
+    rows.append(
+        _target(
+            "evolve / Python loop, jitted step >= 30",
+            ratios.get("python_step_loop"),
+            30,
+            True,
+        )
+    )
+    rows.append(
+        _target(
+            "evolve / NumPy vectorised >= 8", ratios.get("numpy_vectorised"), 8, True
+        )
+    )
+    rows.append(
+        _target(
+            "evolve / per-genome jitted scan >= 2",
+            ratios.get("python_scan_loop"),
+            2,
+            True,
+        )
+    )
+    sides = {r["side"]: r.get("eqxevo_over_side") for r in results.get("cartpole", [])}
+    rows.append(
+        _target(
+            "CartPole: eqxevo / evosax GymnaxProblem >= 1.5",
+            sides.get("evosax GymnaxProblem"),
+            1.5,
+            True,
+        )
+    )
+    rows.append(
+        _target(
+            "CartPole: eqxevo / EvoJAX SimManager >= 1.5",
+            sides.get("EvoJAX SimManager"),
+            1.5,
+            True,
+        )
+    )
+    t_rows = [r for r in results.get("scaling", []) if r["varied"] == "lifetime"]
+    compile_ratio = memory_ratio = None
+    if len(t_rows) >= 2:
+        short, long = t_rows[0], t_rows[-1]
+        compile_ratio = long["compile_s"] / max(short["compile_s"], 1e-9)
+        if "temp_bytes" in short and "temp_bytes" in long:
+            memory_ratio = (long["temp_bytes"] + long["argument_bytes"]) / max(
+                short["temp_bytes"] + short["argument_bytes"], 1
+            )
+        name = f"T={long['lifetime']}/T={short['lifetime']}"
+        rows.append(_target(f"compile time {name} <= 1.2", compile_ratio, 1.2, False))
+        rows.append(
+            _target(f"planned memory {name} (flat: <= 1.05)", memory_ratio, 1.05, False)
+        )
+    cache = results.get("cache")
+    rows.append(
+        _target(
+            "warm persistent-cache compile / cold <= 0.2",
+            cache.get("warm_over_cold_compile") if cache else None,
+            0.2,
+            False,
+        )
+    )
+    if l0:
+        figure = l0.get("sharded", {}).get("agent_steps_per_s", l0["agent_steps_per_s"])
+        label = "L0 agent-steps/s, all cores >= 2e6"
+        if l0.get("quick"):
+            label += " (quick sizes: not comparable)"
+        rows.append(_target(label, figure, 2e6, True))
+    traces = results.get("traces")
+    if traces:
+        worst = max(
+            (
+                r["relative_rms_error"]
+                for r in traces
+                if r["rounding"] == "stochastic" and r["trace_dtype"] == "float16"
+            ),
+            default=None,
+        )
+        rows.append(
+            _target(
+                "float16 trace drift (stochastic rounding) <= 1%", worst, 0.01, False
+            )
+        )
+    return rows
+
+
+def write_report(results: dict[str, Any], out: Path) -> str:
+    """Write `report.md` and `results.json` to `out`; return the report text."""
+    machine = results["machine"]
+    lines = [
+        "# eqxevo benchmark report",
+        "",
+        f"Machine: {machine['device_kind']} ({machine['backend']}, "
+        f"{machine['num_devices']} device(s)), {machine['cpu_count']} CPUs, "
+        f"jax {machine['jax']}, load average {machine['load_average']}."
+        + (
+            " Quick mode: small sizes, figures not comparable."
+            if results["quick"]
+            else ""
+        ),
+        "",
+        "## Targets",
+        "",
+        table(targets(results), ["target", "value", "status"]),
+    ]
+    milestones = results.get("milestones")
+    if milestones:
+        lines += [
+            "",
+            "## Milestones",
+            "",
+            table(
+                [
+                    {
+                        **m,
+                        "sharded_agent_steps_per_s": m.get("sharded", {}).get(
+                            "agent_steps_per_s"
+                        ),
+                        "planned_MiB": (
+                            (
+                                m["evaluation_program"]["argument_bytes"]
+                                + m["evaluation_program"]["temp_bytes"]
+                            )
+                            / 2**20
+                            if m.get("evaluation_program")
+                            else None
+                        ),
+                    }
+                    for m in milestones
+                ],
+                [
+                    "milestone",
+                    "population_size",
+                    "lifetime",
+                    "layout",
+                    "compile_s",
+                    "generation_s",
+                    "agent_steps_per_s",
+                    "sharded_agent_steps_per_s",
+                    "peak_bytes",
+                    "planned_MiB",
+                ],
+            ),
+        ]
+        baselines = [
+            {"milestone": m["milestone"], **b}
+            for m in milestones
+            for b in m.get("baselines", [])
+        ]
+        if baselines:
+            lines += [
+                "",
+                "## Baselines (same process, same population and lifetime)",
+                "",
+                table(
+                    baselines,
+                    [
+                        "milestone",
+                        "baseline",
+                        "agent_steps_per_s",
+                        "measured_on",
+                        "evolve_over_baseline",
+                    ],
+                ),
+            ]
+    if results.get("cartpole"):
+        lines += [
+            "",
+            "## CartPole",
+            "",
+            table(
+                results["cartpole"],
+                [
+                    "side",
+                    "population_size",
+                    "lifetime",
+                    "agent_steps_per_s",
+                    "compile_s",
+                    "eqxevo_over_side",
+                    "skipped",
+                ],
+            ),
+        ]
+    if results.get("cache"):
+        c = results["cache"]
+        lines += [
+            "",
+            "## Persistent compilation cache (child processes)",
+            "",
+            f"compile cold {fmt(c['cold']['compile_s'])} s, warm "
+            f"{fmt(c['warm']['compile_s'])} s; start-up (import + first generation) "
+            f"warm/cold {fmt(c['warm_over_cold_start'])}.",
+        ]
+    text = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(text)
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    return text
+
+
+__all__ = ["targets", "write_report"]
