@@ -78,3 +78,52 @@ def test_quick_layout_grid_is_small():
     assert len(bench.layout_grid(quick=True)) <= 2
     full = bench.layout_grid(quick=False)
     assert {p["num_neurons"] for p in full} == set(bench.LAYOUT_SIZES)
+
+
+def test_report_says_by_how_much_a_target_is_missed(tmp_path):
+    from eqxevo.bench.report import targets, write_report
+
+    results = {
+        "machine": {
+            "device_kind": "cpu",
+            "backend": "cpu",
+            "num_devices": 1,
+            "cpu_count": 2,
+            "jax": "x",
+            "load_average": [0, 0, 0],
+        },
+        "quick": False,
+        "milestones": [
+            {
+                "milestone": "L0",
+                "agent_steps_per_s": 1e6,
+                "baselines": [
+                    {"baseline": "hand_fused", "evolve_over_baseline": 0.5},
+                    {"baseline": "python_step_loop", "evolve_over_baseline": 100.0},
+                ],
+            }
+        ],
+        "cartpole": [{"side": "EvoJAX SimManager", "eqxevo_over_side": 3.0}],
+    }
+    rows = {r["target"]: r["status"] for r in targets(results)}
+    assert rows["evolve / hand-fused JAX >= 0.95"] == "missed by 1.90x"
+    assert rows["evolve / Python loop, jitted step >= 30"] == "met"
+    assert rows["evolve / NumPy vectorised >= 8"] == "not measured"
+    assert rows["CartPole: eqxevo / EvoJAX SimManager >= 1.5"] == "met"
+    assert rows["L0 agent-steps/s, all cores >= 2e6"] == "missed by 2.00x"
+    text = write_report(results, tmp_path)
+    assert "missed by 1.90x" in text and (tmp_path / "report.md").exists()
+
+
+def test_milestones_are_experiments_with_the_issue_sizes():
+    sizes = {
+        name: (
+            bench.milestone_experiment(name).strategy.population_size,
+            bench.milestone_experiment(name).run.lifetime,
+        )
+        for name in ("L0", "L2", "L4")
+    }
+    assert sizes == {"L0": (256, 1000), "L2": (256, 5000), "L4": (128, 20000)}
+    assert bench.milestone_experiment("L4").net.options["plasticity"]
+    with pytest.raises(ValueError, match="milestone must be one of"):
+        bench.milestone_experiment("L9")

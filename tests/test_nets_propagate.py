@@ -129,12 +129,14 @@ def test_gather_layout_width_is_the_largest_fan_in(key):
 
 
 def test_auto_follows_the_documented_rule():
-    # docs/performance.md, "Layouts": segment up to K = 16 (4 plastic), else gather
+    # docs/performance.md, "Layouts": segment up to K = 16 (4 plastic), else
+    # gather, and segment again above K = 384 without plasticity
     for n, k, plastic, expected in [
         (64, 8, False, "segment"),
         (64, 16, False, "segment"),
         (256, 32, False, "gather"),
         (4096, 41, False, "gather"),
+        (4096, 512, False, "segment"),
         (64, 4, True, "segment"),
         (64, 8, True, "gather"),
         (1024, 256, True, "gather"),

@@ -27,6 +27,8 @@ _LAZY = {
     "MILESTONES": "milestones",
     "milestone_experiment": "milestones",
     "run_milestone": "milestones",
+    "LAYOUT_SIZES": "nets",
+    "LAYOUT_DENSITIES": "nets",
     "best_and_auto": "nets",
     "build_policy": "nets",
     "layout_grid": "nets",

@@ -11,7 +11,9 @@ from typing import Any
 from .common import fmt, table
 
 
-def _target(name: str, value: float | None, bound: float, above: bool) -> dict:
+def _target(
+    name: str, value: float | int | None, bound: float | int, above: bool
+) -> dict:
     if value is None:
         return {"target": name, "value": None, "status": "not measured"}
     met = value >= bound if above else value <= bound

@@ -297,6 +297,9 @@ class DenseLayout(AbstractLayout):
 # them; dense never won on CPU at densities up to 25% (N = 64 ... 4096).
 SEGMENT_MAX_FAN_IN_CPU = 16
 SEGMENT_MAX_FAN_IN_CPU_PLASTIC = 4
+# ... and segment again at very large fan-in without plasticity (K = 512 and 1024
+# at N = 4096; gather won at K = 246 and 256): the threshold sits between.
+GATHER_MAX_FAN_IN_CPU = 384
 # gather's slots (K * N) beyond this multiple of E_max count as ragged
 RAGGED_SLOTS = 1.25
 
@@ -312,7 +315,8 @@ def choose_layout(
     """The layout `"auto"` picks for a topology, by the measured rule.
 
     On CPU (measured): `"segment"` when the fan-in K is at most 16 (4 with
-    plasticity), else `"gather"`; at every measured point the pick is within 0.9x
+    plasticity), else `"gather"`, except `"segment"` again for K above 384
+    without plasticity; at every measured point the pick is within 0.9x
     of the fastest layout. A ragged in-degree (K * N > 1.25 E_max) always gets
     `"segment"` (gather would store mostly padding). On GPU/TPU (not measured
     here): `"gather"`, which has no scatter and so avoids the known
@@ -336,8 +340,11 @@ def choose_layout(
     platform = platform or jax.default_backend()
     if platform != "cpu":
         return "gather"
-    limit = SEGMENT_MAX_FAN_IN_CPU_PLASTIC if plastic else SEGMENT_MAX_FAN_IN_CPU
-    return "segment" if max_fan_in <= limit else "gather"
+    if plastic:
+        return "segment" if max_fan_in <= SEGMENT_MAX_FAN_IN_CPU_PLASTIC else "gather"
+    if SEGMENT_MAX_FAN_IN_CPU < max_fan_in <= GATHER_MAX_FAN_IN_CPU:
+        return "gather"
+    return "segment"
 
 
 _LAYOUT_CLASSES: dict[str, Callable[[Topology], AbstractLayout]] = {
