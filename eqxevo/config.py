@@ -91,6 +91,11 @@ class RunConfig:
 
     generations: int = _spec(200, min=1, help="generations to run")
     lifetime: int = _spec(1000, min=1, help="environment steps per lifetime (T)")
+    reset_on_done: bool = _spec(
+        True,
+        help="start a new episode when one ends (false: one episode per lifetime, "
+        "the rest frozen)",
+    )
     seed: int = _spec(0, min=0, help="root seed of the run")
     num_seeds: int = _spec(1, min=1, help="independent runs in one program")
     chunk_size: int = _spec(10, min=1, help="generations per compiled chunk")

@@ -150,9 +150,17 @@ class LifetimeFitness(eqx.Module):
     env: AbstractEnv
     env_params: Any
     num_steps: int = eqx.field(static=True)
+    reset_on_done: bool = eqx.field(static=True, default=True)
 
     def __call__(self, genome: Genome, key: PRNGKey) -> tuple[Array, Any]:
-        return rollout(genome, self.env, self.env_params, key, self.num_steps)
+        return rollout(
+            genome,
+            self.env,
+            self.env_params,
+            key,
+            self.num_steps,
+            reset_on_done=self.reset_on_done,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +215,9 @@ def build(experiment: Experiment) -> Built:
         )
     except (ValueError, TypeError) as err:
         raise ConfigError(f"strategy: {err}") from err
-    fitness = LifetimeFitness(env, env_params, experiment.run.lifetime)
+    fitness = LifetimeFitness(
+        env, env_params, experiment.run.lifetime, experiment.run.reset_on_done
+    )
     return Built(experiment, env, env_params, genome, strategy, fitness, evolve_key)
 
 

@@ -16,7 +16,13 @@ from eqxevo.baselines import (
     TasteLearnerAgent,
 )
 from eqxevo.envs import AbstractEnv, Chemotaxis, Foraging, LongHorizon
-from eqxevo.nets import AbstractPolicy, MLPPolicy
+from eqxevo.nets import (
+    AbstractPolicy,
+    MLPPolicy,
+    RecurrentPolicy,
+    sparse_lif,
+    sparse_rate,
+)
 from eqxevo.testing import CheckFailed, check_env, check_policy
 
 # -- a small well-behaved environment and deliberately broken variants ---------------
@@ -244,6 +250,31 @@ def test_every_eqxevo_env_and_policy_passes(env, key):
         check_policy(ForagerAgent(env.num_resources), env, key=key)
     if isinstance(env, LongHorizon):
         check_policy(TasteLearnerAgent(), env, key=key)
+
+
+NET_FACTORIES = {
+    "sparse_rate": lambda o, a, k: sparse_rate(o, a, num_neurons=12, fan_in=3, key=k),
+    "sparse_rate_plastic": lambda o, a, k: sparse_rate(
+        o,
+        a,
+        num_neurons=12,
+        fan_in=3,
+        layout="gather",
+        plasticity={"trace_dtype": "float16"},
+        key=k,
+    ),
+    "sparse_lif_plastic": lambda o, a, k: sparse_lif(
+        o, a, num_neurons=12, fan_in=3, plasticity=True, key=k
+    ),
+    "recurrent": lambda o, a, k: RecurrentPolicy(o, a, 8, key=k),
+}
+
+
+@pytest.mark.parametrize("name", NET_FACTORIES)
+def test_every_eqxevo_network_passes(name, key):
+    env = Chemotaxis()
+    policy = NET_FACTORIES[name](env.obs_size, env.action_size, key)
+    check_policy(policy, env, key=key)
 
 
 # -- Hypothesis strategies -----------------------------------------------------------

@@ -1,8 +1,9 @@
 """CartPole: eqxevo against evosax's GymnaxProblem and EvoJAX's SimManager.
 
 Same network (an MLP of two hidden layers of 32 tanh units), same population and
-the same number of environment steps per genome (T, episodes continue until T),
-one generation = ask, evaluate the population, tell:
+the same number of environment steps per genome (T steps of one episode; after
+it ends the steps still run, masked, as in GymnaxProblem and EvoJAX), one
+generation = ask, evaluate the population, tell:
 
 - eqxevo: `evolve` with SNES on `gymnax:CartPole-v1` (the `rl` extra);
 - evosax: `GymnaxProblem("CartPole-v1", MLP)` with evosax's SNES, the jitted
@@ -12,7 +13,9 @@ one generation = ask, evaluate the population, tell:
   (`CartPoleSwingUp`, balance variant: its own physics, same sizes) with its
   `MLPPolicy` and PGPE (the `bench` extra).
 
-A side that cannot run (a package missing) is reported with the reason.
+A side that cannot run (a package missing, an error) is reported with the
+reason. eqxevo and EvoJAX use every device (EvoJAX pmaps over them, eqxevo
+shards the population); evosax's problem runs on one.
 """
 
 import time
@@ -29,20 +32,34 @@ HIDDEN = 32
 
 
 def eqxevo_cartpole(
-    population_size: int, num_steps: int, *, num_generations: int, repeats: int
+    population_size: int,
+    num_steps: int,
+    *,
+    num_generations: int,
+    repeats: int,
+    sharded: bool = True,
 ) -> dict[str, Any]:
     experiment = from_dict(
         {
             "env": {"name": "gymnax:CartPole-v1"},
             "net": {"name": "mlp", "options": {"width": HIDDEN, "depth": 2}},
             "strategy": {"name": "snes", "population_size": population_size},
-            "run": {"lifetime": num_steps},
+            # one episode per lifetime, as GymnaxProblem and EvoJAX evaluate
+            "run": {"lifetime": num_steps, "reset_on_done": False},
         }
     )
     built = build(experiment)
-    timing = time_evolve(built, num_generations=num_generations, repeats=repeats)
+    mesh, devices = None, 1
+    if sharded and jax.device_count() > 1 and population_size % jax.device_count() == 0:
+        from ..sharding import population_mesh
+
+        mesh, devices = population_mesh(), jax.device_count()
+    timing = time_evolve(
+        built, num_generations=num_generations, repeats=repeats, mesh=mesh
+    )
     return {
-        "side": "eqxevo",
+        "side": "eqxevo" if sharded else "eqxevo, one device",
+        "devices": devices,
         **timing,
         "agent_steps_per_s": population_size * num_steps / timing["generation_s"],
     }
@@ -91,6 +108,7 @@ def evosax_cartpole(
     generation_s = sorted(walls)[len(walls) // 2]
     return {
         "side": "evosax GymnaxProblem",
+        "devices": 1,
         "compile_s": max(first - 3 * generation_s, 0.0),
         "generation_s": generation_s,
         "agent_steps_per_s": population_size * num_steps / generation_s,
@@ -107,6 +125,10 @@ def evojax_cartpole(
     from evojax.sim_mgr import SimManager
     from evojax.task.cartpole import CartPoleSwingUp
 
+    if not hasattr(jax, "tree_map"):
+        # EvoJAX 0.2.17 merges its per-device results with `jax.tree_map`, which
+        # JAX 0.10 removed; give it the alias (only EvoJAX calls it).
+        jax.tree_map = jax.tree.map  # pyright: ignore[reportAttributeAccessIssue]
     quiet = logging.getLogger("evojax-bench")
     quiet.setLevel(logging.ERROR)
     train = CartPoleSwingUp(max_steps=num_steps, harder=False, test=False)
@@ -151,6 +173,7 @@ def evojax_cartpole(
     generation_s = sorted(walls)[len(walls) // 2]
     return {
         "side": "EvoJAX SimManager",
+        "devices": jax.local_device_count(),
         "compile_s": max(first - 3 * generation_s, 0.0),
         "generation_s": generation_s,
         "agent_steps_per_s": population_size * num_steps / generation_s,
@@ -179,8 +202,21 @@ def cartpole_comparison(
             )
         except ImportError as err:
             row = {"side": side, "skipped": f"cannot import: {err}"}
+        except Exception as err:  # report it, time the others
+            row = {"side": side, "skipped": f"failed: {type(err).__name__}: {err}"}
         row["population_size"], row["lifetime"] = population_size, num_steps
         rows.append(row)
+    if jax.device_count() > 1:
+        # the one-device figure too: evosax's problem cannot use more
+        one = eqxevo_cartpole(
+            population_size,
+            num_steps,
+            num_generations=generations,
+            repeats=repeats,
+            sharded=False,
+        )
+        one["population_size"], one["lifetime"] = population_size, num_steps
+        rows.insert(1, one)
     ours = rows[0].get("agent_steps_per_s")
     for row in rows:
         if ours and row.get("agent_steps_per_s"):

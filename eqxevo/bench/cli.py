@@ -16,6 +16,7 @@ target is missed.
 import argparse
 import os
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -83,23 +84,32 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"machine": meta, "quick": args.quick}
     start = time.perf_counter()
 
-    if "milestones" in parts:
-        results["milestones"] = _milestones(args, meta)
-    if "cartpole" in parts:
-        results["cartpole"] = _cartpole(args, meta)
-    if "scaling" in parts:
-        results["scaling"] = _scaling(args, meta)
-    if "cache" in parts:
-        results["cache"] = _cache(args, meta)
-    if "layouts" in parts:
-        results["layouts"] = _layouts(args, meta)
-    if "traces" in parts:
-        results["traces"] = _traces(args, meta)
+    runners = {
+        "milestones": _milestones,
+        "cartpole": _cartpole,
+        "scaling": _scaling,
+        "cache": _cache,
+        "layouts": _layouts,
+        "traces": _traces,
+    }
+    failed = []
+    for part in PARTS:
+        if part not in parts:
+            continue
+        try:
+            results[part] = runners[part](args, meta)
+        except Exception:  # keep the other parts' figures
+            traceback.print_exc()
+            failed.append(part)
+            results.setdefault("failed", []).append(part)
     results["wall_s"] = time.perf_counter() - start
     report = write_report(results, out)
     print()
     print(report)
     print(f"\nwrote {out}/ in {results['wall_s']:.0f} s", flush=True)
+    if failed:
+        print(f"failed parts: {', '.join(failed)} (tracebacks above)", flush=True)
+        return 1
     return 0
 
 
