@@ -5,6 +5,7 @@
     eqxevo bench --milestone L0 --trace tr  # also a jax.profiler trace of L0
     eqxevo bench --only layouts             # network layout sweep (long)
     eqxevo bench --only traces              # trace dtype drift
+    eqxevo bench --only breakdown           # where an L0 step's time goes
 
 Writes to `--out` (default `bench-out/`): `milestones.json`, `ratios.csv`,
 `cartpole.csv`, `scaling.csv` + `scaling.png`, `cache.json`, `layouts*.csv`,
@@ -20,8 +21,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-PARTS = ("milestones", "cartpole", "scaling", "cache", "layouts", "traces")
-DEFAULT_PARTS = ("milestones", "cartpole", "scaling", "cache")
+PARTS = (
+    "milestones",
+    "breakdown",
+    "cartpole",
+    "scaling",
+    "cache",
+    "layouts",
+    "traces",
+)
+DEFAULT_PARTS = ("milestones", "breakdown", "cartpole", "scaling", "cache")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -86,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
     runners = {
         "milestones": _milestones,
+        "breakdown": _breakdown,
         "cartpole": _cartpole,
         "scaling": _scaling,
         "cache": _cache,
@@ -181,6 +191,17 @@ def _profile(args: argparse.Namespace, name: str) -> None:
         "ui.perfetto.dev, or `tensorboard --logdir`)",
         flush=True,
     )
+
+
+def _breakdown(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
+    from .common import table, write_records
+    from .milestones import l0_breakdown
+
+    print("L0 breakdown...", flush=True)
+    rows = l0_breakdown(quick=args.quick, repeats=args.repeats)
+    write_records(args.out, "breakdown", meta, rows)
+    print(table(rows, ["variant", "population_size", "lifetime", "agent_steps_per_s"]))
+    return rows
 
 
 def _cartpole(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:

@@ -21,7 +21,9 @@ import dataclasses
 import time
 from typing import Any
 
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import jax.random as jr
 
 from ..config import Experiment, from_dict
@@ -232,7 +234,101 @@ __all__ = [
     "QUICK_SIZES",
     "evaluation_bytes",
     "l0_baselines",
+    "l0_breakdown",
     "milestone_experiment",
     "run_milestone",
     "time_evolve",
 ]
+
+
+# -- where an L0 step's time goes -----------------------------------------------------
+
+
+class _TrivialPolicy(eqx.Module):
+    """`tanh(w * obs)`: a policy that costs almost nothing (2 in, 2 out)."""
+
+    w: jax.Array
+    obs_size: int = eqx.field(static=True, default=2)
+    action_size: int = eqx.field(static=True, default=2)
+
+    def initial_state(self, key: jax.Array) -> jax.Array:
+        del key
+        return jnp.zeros(())
+
+    def __call__(self, obs: jax.Array, state: jax.Array) -> Any:
+        return jnp.tanh(self.w * obs), state
+
+    def reinforce(self, reward: jax.Array, state: jax.Array) -> jax.Array:
+        del reward
+        return state
+
+
+def l0_breakdown(*, quick: bool = False, repeats: int = 3) -> list[dict[str, Any]]:
+    """Agent-steps/s of the L0 lifetime and of its parts, one device.
+
+    The full `rollout`; the network alone (fed its own outputs); the environment
+    alone (a plain scan of `step` with a trivial policy); and `rollout` with the
+    trivial policy, with and without auto-reset.
+    """
+    from ..rollout import rollout
+
+    built = build(milestone_experiment("L0", quick=quick))
+    env, params = built.env, built.env_params
+    p, t = built.strategy.population_size, built.experiment.run.lifetime
+    population, _ = built.strategy.ask(jr.key(0), built.strategy.init(jr.key(1)))
+    trivial = _TrivialPolicy(jnp.ones((p, 2)))
+
+    def network_only(genome: Any, key: jax.Array) -> jax.Array:
+        def body(carry: Any, _: None) -> Any:
+            state, obs, total = carry
+            action, state = genome(obs, state)
+            return (state, action[:2], total + action[0]), None
+
+        init = (genome.initial_state(key), jnp.zeros(2), jnp.zeros(()))
+        return jax.lax.scan(body, init, None, length=t)[0][2]
+
+    def env_only(genome: Any, key: jax.Array) -> jax.Array:
+        obs, state = env.reset(key, params)
+
+        def body(carry: Any, step: jax.Array) -> Any:
+            state, obs, total = carry
+            action = jnp.tanh(genome.w * obs)
+            obs, state, reward, _, _ = env.step(
+                jr.fold_in(key, step), state, action, params
+            )
+            return (state, obs, total + reward), None
+
+        return jax.lax.scan(body, (state, obs, jnp.zeros(())), jnp.arange(t))[0][2]
+
+    variants = [
+        (
+            "rollout, L0 network",
+            population,
+            lambda g, k: rollout(g, env, params, k, t)[0],
+        ),
+        ("network alone", population, network_only),
+        ("environment alone (scan of step)", trivial, env_only),
+        (
+            "rollout, trivial policy, auto-reset",
+            trivial,
+            lambda g, k: rollout(g, env, params, k, t)[0],
+        ),
+        (
+            "rollout, trivial policy, no reset",
+            trivial,
+            lambda g, k: rollout(g, env, params, k, t, reset_on_done=False)[0],
+        ),
+    ]
+    rows = []
+    for name, pop, fn in variants:
+        run = eqx.filter_jit(lambda pop, key, fn=fn: evaluate(fn, pop, key)[0])
+        _, wall, _ = time_call(lambda pop=pop, run=run: run(pop, jr.key(2)), repeats)
+        rows.append(
+            {
+                "variant": name,
+                "population_size": p,
+                "lifetime": t,
+                "agent_steps_per_s": p * t / wall,
+            }
+        )
+    return rows
