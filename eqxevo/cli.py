@@ -24,6 +24,25 @@ def _fail(err: Exception) -> None:
     raise click.ClickException(str(err)) from err
 
 
+def _mesh(devices: int) -> Any:
+    """A population mesh over `devices` devices (None for one); on a CPU each
+    core becomes a device, which must happen before JAX starts."""
+    if devices == 1:
+        return None
+    import jax
+
+    from .sharding import population_mesh, use_cpu_devices
+
+    use_cpu_devices(devices)
+    available = jax.devices()
+    if len(available) < devices:
+        raise click.BadParameter(
+            f"{devices} devices requested; this machine has {len(available)}",
+            param_hint="--devices",
+        )
+    return population_mesh(available[:devices])
+
+
 def _sigterm_as_interrupt() -> None:
     """SIGTERM (a cluster's preemption notice) checkpoints like Ctrl-C does."""
 
@@ -87,6 +106,14 @@ Config keys (TOML tables [env], [net], [strategy], [run]) and defaults:
 )
 @click.option("--name", help="Run directory name (default: env-net-strategy-time).")
 @click.option("--quiet", is_flag=True, help="No progress output.")
+@click.option(
+    "--devices",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Devices to split each generation over (on a CPU: cores, each made a "
+    "JAX device). Results do not depend on it.",
+)
 def run(
     config: str | None,
     overrides: tuple[str, ...],
@@ -94,8 +121,8 @@ def run(
     out: str,
     name: str | None,
     quiet: bool,
+    devices: int,
 ) -> None:
-    from . import experiment as experiment_module
 
     items = list(overrides) + ([f"run.num_seeds={num_seeds}"] if num_seeds else [])
     try:
@@ -103,6 +130,15 @@ def run(
     except ConfigError as err:
         _fail(err)
         return
+    if experiment.strategy.population_size % devices:
+        raise click.BadParameter(
+            f"strategy.population_size = {experiment.strategy.population_size} "
+            f"does not split over {devices} devices; use a multiple of {devices}",
+            param_hint="--devices",
+        )
+    mesh = _mesh(devices)
+    from . import experiment as experiment_module
+
     if name is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         env = experiment.env.name.replace(":", "-").replace("/", "-")
@@ -112,7 +148,7 @@ def run(
     run_dir = Path(out) / name
     _sigterm_as_interrupt()
     try:
-        summary = experiment_module.run(experiment, run_dir, quiet=quiet)
+        summary = experiment_module.run(experiment, run_dir, quiet=quiet, mesh=mesh)
     except KeyboardInterrupt:
         click.echo(
             f"\ninterrupted; checkpoint saved. Continue with: eqxevo resume {run_dir}",
@@ -143,7 +179,14 @@ def _report(run_dir: Path, summary: dict[str, Any]) -> None:
     help="Change run.generations (or chunk/checkpoint settings), e.g. to extend a run.",
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
-def resume(run_dir: str, overrides: tuple[str, ...], quiet: bool) -> None:
+@click.option(
+    "--devices",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Devices to split each generation over (results do not depend on it).",
+)
+def resume(run_dir: str, overrides: tuple[str, ...], quiet: bool, devices: int) -> None:
     """Continue RUN_DIR from its newest checkpoint, bit-for-bit.
 
     \b
@@ -151,11 +194,14 @@ def resume(run_dir: str, overrides: tuple[str, ...], quiet: bool) -> None:
       eqxevo resume runs/my-run
       eqxevo resume runs/my-run --set run.generations=400   # run longer
     """
+    mesh = _mesh(devices)
     from . import experiment as experiment_module
 
     _sigterm_as_interrupt()
     try:
-        summary = experiment_module.resume(Path(run_dir), overrides, quiet=quiet)
+        summary = experiment_module.resume(
+            Path(run_dir), overrides, quiet=quiet, mesh=mesh
+        )
     except KeyboardInterrupt:
         click.echo(
             f"\ninterrupted; checkpoint saved. Continue with: eqxevo resume {run_dir}",

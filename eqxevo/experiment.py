@@ -290,8 +290,12 @@ def run(
     resume: bool = False,
     quiet: bool = False,
     stream: Any = None,
+    mesh: Any = None,
 ) -> dict[str, Any]:
     """Run (or resume) an experiment in `run_dir`; returns the run summary.
+
+    `mesh` (`eqxevo.population_mesh()`) splits each generation over devices;
+    results do not depend on it.
 
     Raises:
         RunDirError: a new run in a folder that already holds a run, or a resume
@@ -355,6 +359,7 @@ def run(
                     callback=on_chunk,
                     state=state,
                     on_nonfinite=experiment.run.on_nonfinite,
+                    mesh=mesh,
                 )
                 state, generation = result.state, generation + count
                 due = generation // experiment.run.checkpoint_every

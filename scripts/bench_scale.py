@@ -11,18 +11,16 @@ The device count of a JAX process is fixed at start, so every measurement runs
 in a child process with `XLA_FLAGS=--xla_force_host_platform_device_count=N`
 (`--devices`). Results go to `--out` (CSV, JSON, PNG) and to stdout.
 
-Workload: `--workload standin` (default) is a STAND-IN shaped like L0, written
-here until the real L0 (`eqxevo.envs.chemotaxis` + `eqxevo.rollout`) is on this
-branch: a holonomic point agent in a 2-D arena finds a source by the gradient
-of `C(p) = exp(-|p - source| / 0.5)`, sensed with noise at four points around
-it (log-concentration, as L0), moving at most 0.01 per step; reward per step
+Workload: `--workload l0` (default) is the L0 milestone (chemotaxis, the sparse
+rate network of `eqxevo bench`), through `eqxevo.rollout`. `--workload standin`
+is the stand-in written before L0 existed: a holonomic point agent in a 2-D
+arena finds a source by the gradient of `C(p) = exp(-|p - source| / 0.5)`,
+sensed with noise at four points around it (log-concentration), moving at most
+0.01 per step; reward per step
 `exp(-distance / 0.25)`; fitness is the lifetime's mean reward. The policy is a
 dense recurrent rate network of 64 neurons (`--policy rnn`, ~4.4k parameters)
-or an MLP 3-32-32-2 (`--policy mlp`). `--workload l0` runs the real L0 through
-`eqxevo.rollout.rollout` with an `MLPPolicy` once those modules are importable.
-
-Every figure is labelled with the workload; figures from the stand-in must be
-re-measured on L0.
+or an MLP 3-32-32-2 (`--policy mlp`). Every figure is labelled with the
+workload.
 """
 
 import argparse
@@ -51,17 +49,13 @@ def build_workload(args: argparse.Namespace) -> tuple[Any, Any, bool]:
     import jax.random as jr
 
     if args.workload == "l0":
-        try:
-            from eqxevo.envs.chemotaxis import Chemotaxis  # pyright: ignore
-            from eqxevo.nets.mlp import MLPPolicy  # pyright: ignore
-            from eqxevo.rollout import rollout  # pyright: ignore
-        except ImportError as err:
-            raise SystemExit(
-                f"--workload l0 needs eqxevo.envs.chemotaxis and eqxevo.rollout: {err}"
-            ) from err
-        env = Chemotaxis()
-        params = env.default_params()
-        genome = MLPPolicy(env.obs_size, env.action_size, 32, 2, key=jr.key(0))
+        from eqxevo.bench.milestones import milestone_experiment
+        from eqxevo.experiment import build
+        from eqxevo.rollout import rollout
+
+        # the L0 milestone's genome: sparse rate network, N = 64, K = 8
+        built = build(milestone_experiment("L0"))
+        env, params, genome = built.env, built.env_params, built.genome
 
         def l0(genome: Any, key: Any, steps: int) -> Any:
             total, summary = rollout(genome, env, params, key, steps)
@@ -540,7 +534,7 @@ def main() -> None:
     parser.add_argument(
         "mode", choices=["sharding", "multifidelity", "memory", *CHILDREN]
     )
-    parser.add_argument("--workload", choices=["standin", "l0"], default="standin")
+    parser.add_argument("--workload", choices=["standin", "l0"], default="l0")
     parser.add_argument("--policy", choices=["rnn", "mlp"], default="rnn")
     parser.add_argument("--neurons", type=int, default=64)
     parser.add_argument("--population", type=int, default=256)
