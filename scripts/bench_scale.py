@@ -217,7 +217,7 @@ def child_throughput(args: argparse.Namespace) -> dict[str, Any]:
         "devices": len(jax.devices()),
         "mesh": None if mesh is None else mesh.size,
         "workload": args.workload,
-        "policy": args.policy,
+        "policy": "sparse_rate" if args.workload == "l0" else args.policy,
         "population": args.population,
         "steps": steps,
         "generations": gens,
@@ -322,7 +322,7 @@ def child_multifidelity(args: argparse.Namespace) -> dict[str, Any]:
     }
     return {
         "workload": args.workload,
-        "policy": args.policy,
+        "policy": "sparse_rate" if args.workload == "l0" else args.policy,
         "population": args.population,
         "full_steps": full_steps,
         "proxy_steps": proxy_steps,
