@@ -109,10 +109,15 @@ def time_evolve(
     }
 
 
+def sample_population(built: Built) -> Any:
+    """One population as `evolve`'s first `ask` would give it (fixed keys)."""
+    return built.strategy.ask(jr.key(0), built.strategy.init(jr.key(1)))[0]
+
+
 def evaluation_bytes(built: Built) -> dict[str, int] | None:
     """XLA's planned memory for evaluating one generation's population."""
     strategy = built.strategy
-    population, _ = strategy.ask(jr.key(0), strategy.init(jr.key(1)))
+    population = sample_population(built)
     return program_bytes(
         lambda pop, key: evaluate(
             built.fitness, pop, key, filter_spec=strategy.filter_spec
@@ -180,7 +185,7 @@ def l0_baselines(
 ) -> list[dict[str, Any]]:
     """The hand-written alternatives on the same population, with ratios."""
     strategy = built.strategy
-    population, _ = strategy.ask(jr.key(0), strategy.init(jr.key(1)))
+    population = sample_population(built)
     env, params = built.env, built.env_params
     lifetime = record["lifetime"]
     ours = record["agent_steps_per_s"]
@@ -275,7 +280,7 @@ def l0_breakdown(*, quick: bool = False, repeats: int = 3) -> list[dict[str, Any
     built = build(milestone_experiment("L0", quick=quick))
     env, params = built.env, built.env_params
     p, t = built.strategy.population_size, built.experiment.run.lifetime
-    population, _ = built.strategy.ask(jr.key(0), built.strategy.init(jr.key(1)))
+    population = sample_population(built)
     trivial = _TrivialPolicy(jnp.ones((p, 2)))
 
     def network_only(genome: Any, key: jax.Array) -> jax.Array:

@@ -71,6 +71,35 @@ def _rule(kind: type, plasticity: bool | Mapping[str, Any] | None) -> Any:
     )
 
 
+def _sparse(
+    policy_cls: type,
+    rule_cls: type,
+    obs_size: int,
+    action_size: int,
+    *,
+    num_neurons: int,
+    fan_in: int | None,
+    connection_prob: float | None,
+    num_edges: int | None,
+    self_connections: bool,
+    plasticity: bool | Mapping[str, Any] | None,
+    key: PRNGKey,
+    options: Mapping[str, Any],
+) -> Any:
+    topology_key, weight_key = jr.split(key)
+    topology = _topology(
+        num_neurons, fan_in, connection_prob, num_edges, self_connections, topology_key
+    )
+    return policy_cls(
+        obs_size,
+        action_size,
+        topology,
+        plasticity=_rule(rule_cls, plasticity),
+        key=weight_key,
+        **options,
+    )
+
+
 def sparse_rate(
     obs_size: int,
     action_size: int,
@@ -96,17 +125,19 @@ def sparse_rate(
             arguments (e.g. `{ learning_rate = 0.01, trace_dtype = "float16" }`).
         options: the remaining `SparseRatePolicy` arguments (`layout`, `tau`, ...).
     """
-    topology_key, weight_key = jr.split(key)
-    topology = _topology(
-        num_neurons, fan_in, connection_prob, num_edges, self_connections, topology_key
-    )
-    return SparseRatePolicy(
+    return _sparse(
+        SparseRatePolicy,
+        HebbianRule,
         obs_size,
         action_size,
-        topology,
-        plasticity=_rule(HebbianRule, plasticity),
-        key=weight_key,
-        **options,
+        num_neurons=num_neurons,
+        fan_in=fan_in,
+        connection_prob=connection_prob,
+        num_edges=num_edges,
+        self_connections=self_connections,
+        plasticity=plasticity,
+        key=key,
+        options=options,
     )
 
 
@@ -128,17 +159,19 @@ def sparse_lif(
     Arguments as for `sparse_rate`; `plasticity` builds an `STDPRule`, and
     `options` are the remaining `SparseSpikingPolicy` arguments.
     """
-    topology_key, weight_key = jr.split(key)
-    topology = _topology(
-        num_neurons, fan_in, connection_prob, num_edges, self_connections, topology_key
-    )
-    return SparseSpikingPolicy(
+    return _sparse(
+        SparseSpikingPolicy,
+        STDPRule,
         obs_size,
         action_size,
-        topology,
-        plasticity=_rule(STDPRule, plasticity),
-        key=weight_key,
-        **options,
+        num_neurons=num_neurons,
+        fan_in=fan_in,
+        connection_prob=connection_prob,
+        num_edges=num_edges,
+        self_connections=self_connections,
+        plasticity=plasticity,
+        key=key,
+        options=options,
     )
 
 
