@@ -12,16 +12,27 @@ from (seed, generation), so restoring a checkpoint and running on reproduces the
 uninterrupted run bit-for-bit.
 """
 
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
-# orbax logs every save at INFO through absl; keep a run's output readable.
-logging.getLogger("absl").setLevel(logging.WARNING)
+
+@contextlib.contextmanager
+def _quiet_orbax() -> Iterator[None]:
+    """orbax logs every save at INFO through absl: quiet it while we call it,
+    and give the user's logging configuration back afterwards."""
+    logger = logging.getLogger("absl")
+    previous = logger.level
+    logger.setLevel(max(previous, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
 
 
 class CheckpointError(RuntimeError):
@@ -58,17 +69,18 @@ class Checkpointer:
 
     def save(self, generation: int, state: Any, experiment: Mapping[str, Any]) -> None:
         """Write the state reached after `generation` generations (waits until done)."""
-        self._manager.save(
-            generation,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state),
-                experiment=ocp.args.JsonSave(dict(experiment)),
-            ),
-            force=True,
-        )
-        # Waiting keeps "latest checkpoint on disk" and "state we continue from"
-        # in step; a save is small next to a chunk of generations.
-        self._manager.wait_until_finished()
+        with _quiet_orbax():
+            self._manager.save(
+                generation,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state),
+                    experiment=ocp.args.JsonSave(dict(experiment)),
+                ),
+                force=True,
+            )
+            # Waiting keeps "latest checkpoint on disk" and "state we continue from"
+            # in step; a save is small next to a chunk of generations.
+            self._manager.wait_until_finished()
 
     def latest(self) -> int | None:
         """Generation of the newest complete checkpoint, or None."""

@@ -231,7 +231,8 @@ def plot(run_dir: str, steps: int | None) -> None:
       eqxevo plot runs/my-run
     """
     from . import experiment as experiment_module
-    from .logging import MetricsLog, plot_fitness
+    from .metrics import MetricsLog
+    from .plots import plot_fitness
 
     path = Path(run_dir)
     records = MetricsLog(path / "metrics.jsonl").read()

@@ -8,7 +8,7 @@ An experiment is four tables:
     [strategy]  name = "snes" (any eqxevo.Strategy algorithm), population_size,
                 init_scale; [strategy.params] overrides evosax Params
     [run]       generations, lifetime (steps), seed, num_seeds, chunk_size,
-                checkpoint_every, keep_checkpoints, on_nonfinite
+                checkpoint_every, keep_checkpoints, on_nonfinite, episodes
 
 Every key is checked: an unknown key, a value of the wrong type or out of range
 raises `ConfigError` naming the key and what is allowed. `--set key=value`
@@ -78,7 +78,9 @@ class StrategyConfig:
     """The evolution strategy and its population."""
 
     name: str = _spec("snes", help="evosax name, preset name or preset .toml path")
-    population_size: int = _spec(256, min=2, help="genomes per generation (P)")
+    population_size: int = _spec(
+        256, min=1, help="genomes per generation (P; the algorithm may need more)"
+    )
     init_scale: float = _spec(
         0.1, above=0.0, help="spread of population-based algorithms' first population"
     )
@@ -103,6 +105,11 @@ class RunConfig:
     keep_checkpoints: int = _spec(3, min=1, help="checkpoints kept on disk")
     on_nonfinite: Literal["rank_worst", "raise"] = _spec(
         "rank_worst", help="what NaN/inf fitness does"
+    )
+    episodes: Literal["shared", "per_genome"] = _spec(
+        "shared",
+        help="shared: every genome of a generation lives the same lifetimes "
+        "(common random numbers); per_genome: each its own (mirrored pairs share)",
     )
 
 

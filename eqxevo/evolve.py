@@ -1,38 +1,45 @@
-"""evolve(): the generation loop, on device, in compiled chunks.
+"""evolve(): THE generation loop, on device, in compiled chunks.
 
 One generation is `ask -> evaluate -> tell`. Generations run under `lax.scan` in
-chunks of `chunk_size`; every chunk is the same compiled program (the last,
-shorter chunk masks its unused steps with an unbatched `lax.cond`), so a run
-compiles once whatever `num_generations` is. The host receives each chunk's
-per-generation scalars once, while the next chunk already runs.
+chunks of `chunk_size`; every chunk is the same compiled program (a shorter
+chunk masks its unused steps with an unbatched `lax.cond`), so a run compiles
+once whatever `num_generations` is, and a resumed run reuses the program. The
+host receives each chunk's per-generation scalars once, while the next chunk
+already runs, through `callback`, which can also stop the loop.
+
+Everything that runs generations goes through here: the Python API, `eqxevo
+run`/`resume`, the benchmark harness and studies.
 
 Key schedule (what a hand-written loop must do to reproduce `evolve` exactly):
 
     init_key, run_key = jax.random.split(key)             # one seed
     state = strategy.init(init_key)
     for g in range(num_generations):                      # g == state.generation
-        gen_key = jax.random.fold_in(run_key, g)
-        ask_key, eval_key, tell_key = jax.random.split(gen_key, 3)
+        ask_key, eval_key, tell_key = eqxevo.generation_keys(run_key, g)
         population, state = strategy.ask(ask_key, state)
-        fitness, aux = eqxevo.evaluate(fitness_fn, population, eval_key,
+        fitness, aux = eqxevo.evaluate(eval_key, fitness_fn, population,
                                        filter_spec=strategy.filter_spec,
                                        maximize=strategy.maximize)
         state, metrics = strategy.tell(tell_key, population, fitness, state)
 
-With `num_seeds=K`, seed k runs the schedule above from `jax.random.split(key, K)[k]`,
-so `num_seeds=K` equals K separate runs. Keys depend on the generation index
-alone, so results do not depend on `chunk_size`, and a run resumed from a saved
-state continues the same schedule. Per-genome keys depend on the genome index
-alone (see `evaluate`), so results do not depend on `mesh` (how many devices or
-processes share the population) or `batch_size` either.
+With `num_seeds=K`, seed k runs the schedule above from `jax.random.split(key,
+K)[k]`. Keys depend on the generation index alone, so results do not depend on
+`chunk_size`, and a run resumed from a saved state continues the same schedule.
 
-With `mesh=`, each chunk runs as one program per device (`sharding.replicated`):
-`ask` and `tell` run on the whole, replicated state on every device, the
-evaluation is split over the population axis, and the fitness is all-gathered
-before `tell` (see `eqxevo.sharding`).
+Bits. Each stage (ask, evaluate, tell) is compiled inside the chunk as its own
+computation (`_stage`), so XLA cannot fuse across stage boundaries (recompute
+ask's sampling inside the fitness, contract a multiply in one stage with an add
+in the next): a generation is the composition of the separately compiled
+public calls, and `evolve` equals the hand-written loop above bit for bit. The
+K seeds of `num_seeds=K` run one after another inside one program (not
+vmapped), so each seed computes exactly what a run of its own computes. What
+holds across devices and batch sizes is written in docs/reproducibility.md.
 """
 
+import dataclasses
 import math
+import time
+import warnings
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -44,8 +51,16 @@ import jax.tree_util as jtu
 import numpy as np
 from jax.sharding import Mesh
 
+from ._deprecated import key_first
 from ._types import Array, Genome, Metrics, PRNGKey, PRNGKeys
-from .evaluate import MultiFidelity, best_index, check_batch_size, evaluate
+from .evaluate import (
+    AbstractPopulationFitness,
+    check_batch_size,
+    episode_ids,
+    evaluate,
+)
+from .fidelity import MultiFidelity
+from .fitness import best_index
 from .sharding import check_divisible, mesh_size, replicate, replicated
 from .strategy import Strategy, StrategyState
 
@@ -89,7 +104,10 @@ class EvolveResult(eqx.Module):
 
     Attributes:
         best_genome: the best genome found (a leading axis K with `num_seeds=K`).
-        best_fitness: its fitness in the user's sign (shape `()` or `(K,)`).
+        best_fitness: its fitness in the user's sign (shape `()` or `(K,)`). This
+            is a *training* statistic: the best single evaluation seen, on the
+            episodes selection used (see docs/reproducibility.md and held-out
+            evaluation in `eqxevo.experiment`).
         history: per-generation NumPy arrays, shape `(G,)` or `(K, G)`:
             `generation`, `best`, `mean`, `std`, `min`, `max`, `num_nonfinite`,
             `best_so_far`, and `aux` (the generation-best genome's aux, if the
@@ -98,12 +116,50 @@ class EvolveResult(eqx.Module):
             full evaluation of every genome would spend); the statistics are
             over the combined fitness.
         state: the final strategy state (batched over seeds with `num_seeds`).
+        stopped: True when the callback stopped the loop early.
     """
 
     best_genome: Genome
     best_fitness: Array
     history: dict[str, Any]
     state: StrategyState
+    stopped: bool = eqx.field(static=True, default=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """What `evolve`'s callback receives after each chunk of generations.
+
+    Attributes:
+        history: this chunk's per-generation NumPy arrays, shaped `(n,)` or
+            `(K, n)` (the same fields as `EvolveResult.history`).
+        generation: generations completed after this chunk (`state.generation`).
+        num_generations: the generation this `evolve` call stops at.
+        state: the strategy state after this chunk (for checkpoints); batched
+            over seeds with `num_seeds`.
+        best_fitness: best fitness so far in the user's sign, `()` or `(K,)`.
+        seconds: wall time since `evolve` was called (compilation included).
+    """
+
+    history: dict[str, Any]
+    generation: int
+    num_generations: int
+    state: StrategyState
+    best_fitness: np.ndarray
+    seconds: float
+
+    def __getitem__(self, name: str) -> Any:
+        warnings.warn(
+            "evolve's callback now receives an eqxevo.Chunk; read chunk.history"
+            f"[{name!r}] instead of chunk[{name!r}]",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.history[name]
+
+
+Callback = Callable[[Chunk], bool | None]
+"""`callback(chunk) -> bool | None`: return True to stop after this chunk."""
 
 
 def generation_keys(run_key: PRNGKey, generation: Array | int) -> tuple[PRNGKey, ...]:
@@ -112,45 +168,78 @@ def generation_keys(run_key: PRNGKey, generation: Array | int) -> tuple[PRNGKey,
     return ask_key, eval_key, tell_key
 
 
-def _barrier(tree: Any) -> Any:
-    dynamic, static = eqx.partition(tree, eqx.is_array)
-    return eqx.combine(jax.lax.optimization_barrier(dynamic), static)
+def _stage(fn: Callable[..., Any], pred: Array) -> Callable[..., Any]:
+    """`fn`, compiled as a computation of its own inside the enclosing program.
+
+    XLA fuses freely within a computation, and its optimisation barriers are
+    removed before fusion on CPU, so they cannot keep two stages apart. The
+    branches of a `lax.cond` are separate computations that fusion never
+    crosses: with a predicate XLA cannot evaluate (`pred` is always true at
+    run time), `fn` runs as the branch, on materialised inputs, like a call of
+    its own jitted program. The other branch (zeros) never runs.
+    """
+
+    def staged(*args: Any) -> Any:
+        dynamic, static = eqx.partition(args, eqx.is_array)
+        out_static: list[Any] = []
+
+        def run(dynamic: Any) -> Any:
+            out = fn(*eqx.combine(dynamic, static))
+            out_dynamic, out_static_part = eqx.partition(out, eqx.is_array)
+            out_static.append(out_static_part)
+            return out_dynamic
+
+        shapes = jax.eval_shape(run, dynamic)
+
+        def never(dynamic: Any) -> Any:
+            del dynamic
+            return jtu.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+        out_dynamic = jax.lax.cond(pred, run, never, dynamic)
+        return eqx.combine(out_dynamic, out_static[-1])
+
+    return staged
 
 
 def generation_step(
     strategy: Strategy,
-    fitness_fn: Callable[..., Any] | MultiFidelity,
+    fitness_fn: Callable[..., Any] | AbstractPopulationFitness,
     run_key: PRNGKey,
     state: StrategyState,
     *,
     mesh: Mesh | None = None,
     batch_size: int | None = None,
+    episodes: Any = "shared",
 ) -> tuple[StrategyState, Metrics, Any]:
-    """One generation: ask, evaluate, tell. Returns `(state, record, best_aux)`."""
-    keys = generation_keys(run_key, state.generation)
-    # Barriers at the stage boundaries keep XLA from optimising across stages
-    # (fusing ask's unflatten into the fitness reductions, an FMA across the
-    # boundary, or sharing ask's broadcast of the mean with tell, after which
-    # tell's `x / std` may or may not become `x * (1 / std)` depending on the
-    # surrounding program). Every stage sees opaque inputs, as in its own jitted
-    # call, so a generation is bit-for-bit the composition of the public
-    # ask/evaluate/tell calls, with or without a mesh. The buffers exist anyway.
-    (ask_key, eval_key, tell_key), state = _barrier((keys, state))
-    population, state_asked = strategy.ask(ask_key, state)
-    population, state_asked = _barrier((population, state_asked))
-    fitness, aux = evaluate(
-        fitness_fn,
-        population,
-        eval_key,
-        filter_spec=strategy.filter_spec,
-        maximize=strategy.maximize,
-        mesh=mesh,
-        batch_size=batch_size,
+    """One generation: ask, evaluate, tell. Returns `(state, record, best_aux)`.
+
+    `record` holds the generation index and `tell`'s metrics; `best_aux` is the
+    array part of the generation-best genome's aux (its other leaves are static
+    and returned as they are).
+    """
+    ask_key, eval_key, tell_key = generation_keys(run_key, state.generation)
+    always = state.generation >= 0
+
+    def evaluate_stage(key: PRNGKey, population: Any) -> Any:
+        return evaluate(
+            key,
+            fitness_fn,
+            population,
+            filter_spec=strategy.filter_spec,
+            maximize=strategy.maximize,
+            mesh=mesh,
+            batch_size=batch_size,
+            episodes=episodes,
+        )
+
+    population, state_asked = _stage(strategy.ask, always)(ask_key, state)
+    fitness, aux = _stage(evaluate_stage, always)(eval_key, population)
+    new_state, metrics = _stage(strategy.tell, always)(
+        tell_key, population, fitness, state_asked
     )
-    fitness, aux = _barrier((fitness, aux))
-    new_state, metrics = strategy.tell(tell_key, population, fitness, state_asked)
     record = {"generation": state.generation, **metrics}
-    best_aux = jtu.tree_map(lambda a: a[best_index(fitness, strategy.maximize)], aux)
+    best = best_index(fitness, strategy.maximize)
+    best_aux = jtu.tree_map(lambda a: a[best] if eqx.is_array(a) else a, aux)
     return new_state, record, best_aux
 
 
@@ -158,7 +247,7 @@ def generation_step(
 @eqx.debug.assert_max_traces(max_traces=None)  # counts traces; tests read it
 def _run_chunk(
     strategy: Strategy,
-    fitness_fn: Callable[..., Any] | MultiFidelity,
+    fitness_fn: Callable[..., Any] | AbstractPopulationFitness,
     run_key: PRNGKey | PRNGKeys,
     state: StrategyState,
     halted: Array,
@@ -168,13 +257,24 @@ def _run_chunk(
     batched: bool,
     mesh: Mesh | None,
     batch_size: int | None,
-) -> tuple[StrategyState, Array, Any]:
+    episodes: Any,
+) -> tuple[StrategyState, Array, Any, Any]:
+    aux_static: list[Any] = []
+
     def one_seed(run_key: PRNGKey, state: StrategyState, halted: Array) -> Any:
         def generation(carry: Any) -> Any:
             state, halted = carry
             new_state, record, aux = generation_step(
-                strategy, fitness_fn, run_key, state, mesh=mesh, batch_size=batch_size
+                strategy,
+                fitness_fn,
+                run_key,
+                state,
+                mesh=mesh,
+                batch_size=batch_size,
+                episodes=episodes,
             )
+            aux, static = eqx.partition(aux, eqx.is_array)
+            aux_static.append(static)
             if not halt_on_nonfinite:
                 return (new_state, halted), (record, aux, jnp.bool_(True))
             stop = halted | (record["num_nonfinite"] > 0)
@@ -188,8 +288,8 @@ def _run_chunk(
             return carry, jtu.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
         def step(carry: Any, i: Array) -> Any:
-            # `i < num_active` is the same for every seed, so this cond stays a real
-            # branch under the seed vmap: padded steps of the last chunk cost nothing.
+            # `i < num_active` is the same for every seed: the padded steps of a
+            # short chunk cost nothing.
             return jax.lax.cond(i < num_active, generation, skip, carry)
 
         (state, halted), out = jax.lax.scan(
@@ -197,15 +297,41 @@ def _run_chunk(
         )
         return state, halted, out
 
-    run = jax.vmap(one_seed) if batched else one_seed
+    def seeds(run_key: PRNGKeys, state: StrategyState, halted: Array) -> Any:
+        # One seed after another (a scan, not a vmap): a vmapped seed axis would
+        # batch tell's reductions and linear algebra, whose bits then differ
+        # from a run of that seed alone.
+        return jax.lax.map(lambda args: one_seed(*args), (run_key, state, halted))
+
+    run = seeds if batched else one_seed
     # With a mesh the whole chunk is one manual SPMD program: every device runs
     # ask/tell on the whole (replicated) state, the evaluation alone is split.
-    return replicated(run, mesh)(run_key, state, halted)
+    state, halted, out = replicated(run, mesh)(run_key, state, halted)
+    return state, halted, out, aux_static[-1]
 
 
 @eqx.filter_jit
 def _init_seeds(strategy: Strategy, keys: PRNGKeys) -> StrategyState:
-    return jax.vmap(strategy.init)(keys)
+    return jax.lax.map(strategy.init, keys)
+
+
+def run_keys(key: PRNGKey, num_seeds: int | None = None) -> tuple[Any, Any]:
+    """`(init_key, run_key)` of a run (each with a leading axis K for K seeds)."""
+    if num_seeds is None:
+        init_key, run_key = jr.split(key)
+        return init_key, run_key
+    seed_keys = jr.split(key, num_seeds)
+    return jax.vmap(lambda k: tuple(jr.split(k)))(seed_keys)
+
+
+def initial_state(
+    key: PRNGKey, strategy: Strategy, num_seeds: int | None = None
+) -> StrategyState:
+    """The state `evolve(key, strategy, ..., num_seeds=num_seeds)` starts from."""
+    init_key, _ = run_keys(key, num_seeds)
+    if num_seeds is None:
+        return strategy.init(init_key)
+    return _init_seeds(strategy, init_key)
 
 
 def _check_positive_int(name: str, value: Any) -> int:
@@ -214,37 +340,51 @@ def _check_positive_int(name: str, value: Any) -> int:
     return value
 
 
+def _host(leaf: Any) -> Any:
+    if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        leaf = jr.key_data(leaf)
+    return np.asarray(leaf)
+
+
+@key_first(old_position=2)
 def evolve(
-    strategy: Strategy,
-    fitness_fn: Callable[..., Any] | MultiFidelity,
     key: PRNGKey,
+    strategy: Strategy,
+    fitness_fn: Callable[..., Any] | AbstractPopulationFitness,
     *,
     num_generations: int,
     chunk_size: int = 10,
     num_seeds: int | None = None,
-    callback: Callable[[dict[str, Any]], None] | None = None,
+    callback: Callback | None = None,
     state: StrategyState | None = None,
     on_nonfinite: NonFinitePolicy = "rank_worst",
     mesh: Mesh | None = None,
     batch_size: int | None = None,
+    episodes: Any = "shared",
 ) -> EvolveResult:
     """Run `num_generations` generations of `strategy` on `fitness_fn`, on device.
 
     Arguments:
+        key: the run's key (see the module docstring for the schedule).
         strategy: an `eqxevo.Strategy`.
         fitness_fn: `fitness_fn(genome, key) -> scalar | (scalar, aux)`, or an
             `eqxevo.MultiFidelity` (a cheap proxy for all, full evaluation for
             the best k).
-        key: the run's key (see the module docstring for the schedule).
         num_generations: generations to run in this call.
         chunk_size: generations per compiled chunk; the host sees results once per
-            chunk. Results do not depend on it.
+            chunk. Results do not depend on it, and neither does the compiled
+            program's count (a short last chunk reuses it).
         num_seeds: K independent runs in one compiled program; every result gets
             a leading axis K. None for a single run.
-        callback: called on the host with each chunk's history (dict of NumPy
-            arrays shaped `(n,)` or `(K, n)`), e.g. for progress or logging.
+        callback: `callback(chunk: eqxevo.Chunk) -> bool | None`, called on the
+            host after each chunk (while the next one already runs) with the
+            chunk's history, the generation reached, the state (for
+            checkpoints) and the wall time. Return True to stop: `evolve`
+            returns the state after that chunk (the chunk already running is
+            waited for and dropped).
         state: continue from this state (from `EvolveResult.state`) instead of
-            `strategy.init`; generation indices, and so keys, carry on.
+            `strategy.init`; generation indices, and so keys, carry on. It must
+            come from this strategy (and the same `num_seeds`).
         on_nonfinite: "rank_worst" ranks genomes with NaN/inf fitness worst and
             counts them in `history["num_nonfinite"]`; "raise" stops at the first
             such generation with `NonFiniteFitnessError` naming it.
@@ -252,17 +392,25 @@ def evolve(
             (`eqxevo.population_mesh()`, or `eqxevo.initialize_distributed(...)`
             for several processes); `ask`/`tell` and the state stay replicated.
             `population_size` (and a `MultiFidelity`'s `num_promoted`) must be a
-            multiple of the number of devices. Results do not depend on it.
+            multiple of the number of devices.
         batch_size: evaluate this many genomes at a time (per device) to bound
-            the lifetimes' memory; see `evaluate`. Results do not depend on it.
+            the lifetimes' memory; see `evaluate`.
+        episodes: `"shared"` (default: every genome of a generation plays the
+            same episodes), `"per_genome"` (genome i its own, mirrored pairs
+            sharing; `strategy.episode_ids`) or an integer array of P episode
+            ids; see `evaluate`.
 
     Returns:
         An `EvolveResult`.
 
     Example:
-        >>> result = eqxevo.evolve(strategy, fitness_fn, jr.key(0), num_generations=100)
+        >>> result = eqxevo.evolve(jr.key(0), strategy, fitness_fn, num_generations=100)
         >>> result.history["best"]  # one value per generation
     """
+    if not isinstance(strategy, Strategy):
+        raise TypeError(
+            f"strategy must be an eqxevo.Strategy; got {type(strategy).__name__}"
+        )
     _check_positive_int("num_generations", num_generations)
     _check_positive_int("chunk_size", chunk_size)
     if num_seeds is not None:
@@ -277,44 +425,53 @@ def evolve(
             f"mesh must be a jax.sharding.Mesh (eqxevo.population_mesh()) or None; "
             f"got {type(mesh).__name__}"
         )
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable; got {type(callback).__name__}")
     check_divisible("population_size", strategy.population_size, mesh_size(mesh))
-    if isinstance(fitness_fn, MultiFidelity):
+    if isinstance(fitness_fn, AbstractPopulationFitness):
         fitness_fn.check(strategy.population_size, mesh)
+    elif not callable(fitness_fn):
+        raise TypeError(
+            "fitness_fn must be callable as fitness_fn(genome, key) or be an "
+            f"eqxevo.MultiFidelity; got {type(fitness_fn).__name__}"
+        )
+    if isinstance(episodes, str) and episodes == "per_genome":
+        episodes = strategy.episode_ids
+    episode_ids(episodes, strategy.population_size)  # checks it
     batched = num_seeds is not None
-    if batched:
-        seed_keys = jr.split(key, num_seeds)
-        init_keys, run_key = jax.vmap(lambda k: tuple(jr.split(k)))(seed_keys)
-        if state is None:
-            state = _init_seeds(strategy, init_keys)
-        halted = jnp.zeros((num_seeds,), jnp.bool_)
-    else:
-        init_key, run_key = jr.split(key)
-        if state is None:
-            state = eqx.filter_jit(strategy.init)(init_key)
-        halted = jnp.zeros((), jnp.bool_)
+    _, run_key = run_keys(key, num_seeds)
+    if state is None:
+        state = initial_state(key, strategy, num_seeds)
+    halted = jnp.zeros(() if num_seeds is None else (num_seeds,), jnp.bool_)
+    strategy.check_state(state, () if num_seeds is None else (num_seeds,))
     # With a mesh, everything the chunks carry lives whole on every device (and
     # every process): the strategy state is replicated, only evaluation splits.
     state, run_key, halted = replicate((state, run_key, halted), mesh)
-    chunk_size = min(chunk_size, num_generations)
+    start_generation = int(np.max(np.asarray(state.generation)))
+    stop_generation = start_generation + num_generations
     num_chunks = math.ceil(num_generations / chunk_size)
+    started = time.perf_counter()
+    fidelity = fitness_fn if isinstance(fitness_fn, MultiFidelity) else None
 
     chunks: list[dict[str, Any]] = []
 
-    def receive(out: Any, num_active: int, state_now: StrategyState) -> None:
-        record, aux, valid = jax.device_get(out)
+    def receive(out: Any, aux_static: Any, num_active: int, state_now: Any) -> bool:
+        """Hand a finished chunk to the host; True if the callback asks to stop."""
+        record, aux, valid = jtu.tree_map(_host, jax.device_get(out))
         take = (slice(None), slice(0, num_active)) if batched else slice(0, num_active)
         history = {k: np.asarray(v)[take] for k, v in record.items()}
-        if aux is not None:
-            history["aux"] = jtu.tree_map(lambda a: np.asarray(a)[take], aux)
+        aux = eqx.combine(jtu.tree_map(lambda a: a[take], aux), aux_static)
+        if jtu.tree_leaves(aux) or aux_static is not None:
+            history["aux"] = aux
         valid = np.asarray(valid)[take]
-        if isinstance(fitness_fn, MultiFidelity):
+        if fidelity is not None:
             size = strategy.population_size
             shape = history["generation"].shape
             history["agent_steps"] = np.full(
-                shape, fitness_fn.agent_steps(size), np.int64
+                shape, fidelity.agent_steps(size), np.int64
             )
             history["agent_steps_full"] = np.full(
-                shape, fitness_fn.full_agent_steps(size), np.int64
+                shape, fidelity.full_agent_steps(size), np.int64
             )
         if on_nonfinite == "raise":
             bad = (history["num_nonfinite"] > 0) & valid
@@ -330,34 +487,56 @@ def evolve(
                     state_now,
                 )
         chunks.append(history)
-        if callback is not None:
-            callback(history)
-
-    pending = None
-    for c in range(num_chunks):
-        num_active = min(chunk_size, num_generations - c * chunk_size)
-        state, halted, out = _run_chunk(
-            strategy,
-            fitness_fn,
-            run_key,
-            state,
-            halted,
-            replicate(jnp.asarray(num_active, jnp.int32), mesh),
-            chunk_size,
-            on_nonfinite == "raise",
-            batched,
-            mesh,
-            batch_size,
+        if callback is None:
+            return False
+        reached = int(history["generation"].max()) + 1
+        chunk = Chunk(
+            history=history,
+            generation=reached,
+            num_generations=stop_generation,
+            state=state_now,
+            best_fitness=np.asarray(strategy.best_fitness(state_now)),
+            seconds=time.perf_counter() - started,
         )
-        # The device now runs chunk c; meanwhile the host handles chunk c - 1.
-        if pending is not None:
-            receive(*pending, state)
-        pending = (out, num_active)
-    assert pending is not None
-    receive(*pending, state)
+        return bool(callback(chunk))
+
+    pending: tuple[Any, ...] | None = None
+    in_flight: Any = None
+    stopped = False
+    try:
+        for c in range(num_chunks):
+            num_active = min(chunk_size, num_generations - c * chunk_size)
+            next_state, halted, out, aux_static = _run_chunk(
+                strategy,
+                fitness_fn,
+                run_key,
+                state,
+                halted,
+                replicate(jnp.asarray(num_active, jnp.int32), mesh),
+                chunk_size,
+                on_nonfinite == "raise",
+                batched,
+                mesh,
+                batch_size,
+                episodes,
+            )
+            in_flight = next_state
+            # The device now runs chunk c; meanwhile the host handles chunk c - 1.
+            if pending is not None and receive(*pending):
+                stopped = True
+                break
+            state = next_state
+            pending = (out, aux_static, num_active, state)
+        else:
+            assert pending is not None
+            stopped = receive(*pending)
+    finally:
+        # Return (or raise) only once the device is idle: a chunk still running
+        # when the interpreter tears JAX down can crash the process.
+        jax.block_until_ready(in_flight)
 
     axis = 1 if batched else 0
-    history = jtu.tree_map(lambda *xs: np.concatenate(xs, axis=axis), *chunks)
+    history = _concatenate(chunks, axis)
     if batched:
         best_genome = strategy.layout.unflatten_population(state.best_flat)
     else:
@@ -367,4 +546,27 @@ def evolve(
         best_fitness=strategy.best_fitness(state),
         history=history,
         state=state,
+        stopped=stopped,
     )
+
+
+def _concatenate(chunks: list[dict[str, Any]], axis: int) -> dict[str, Any]:
+    def join(*leaves: Any) -> Any:
+        if isinstance(leaves[0], np.ndarray):
+            return np.concatenate(leaves, axis=axis)
+        return leaves[0]  # a static aux leaf: the same in every chunk
+
+    return jtu.tree_map(join, *chunks)
+
+
+__all__ = [
+    "Callback",
+    "Chunk",
+    "EvolveResult",
+    "NonFiniteFitnessError",
+    "evolve",
+    "generation_keys",
+    "generation_step",
+    "initial_state",
+    "run_keys",
+]

@@ -13,11 +13,13 @@ use), and keeps a run directory:
     run_dir/summary.json      final figures: best fitness, wall time, agent-steps/s
     run_dir/checkpoints/      orbax checkpoints every `run.checkpoint_every`
 
-`evolve` runs one chunk (`run.chunk_size` generations) per call here, so an
-interrupt (Ctrl-C, SIGTERM) loses at most one chunk: the state reached after
-the last complete chunk is checkpointed before exiting. `resume(run_dir)`
-continues from the newest checkpoint and reproduces the uninterrupted run
-bit-for-bit (keys depend on the seed and the generation index only).
+`run` calls `evolve` once; its callback, after every chunk of `run.chunk_size`
+generations, appends the metrics, updates the progress display and writes a
+checkpoint when one is due. An interrupt (Ctrl-C, SIGTERM) loses at most one
+chunk: the state reached after the last complete chunk is checkpointed before
+exiting. `resume(run_dir)` continues from the newest checkpoint and reproduces
+the uninterrupted run bit-for-bit (keys depend on the seed and the generation
+index only).
 """
 
 import dataclasses
@@ -39,8 +41,9 @@ from ._types import Array, Genome, PRNGKey
 from .checkpoint import Checkpointer
 from .config import ConfigError, Experiment
 from .envs.base import AbstractEnv
-from .evolve import evolve
-from .logging import MetricsLog, Progress, history_records, plot_fitness
+from .evolve import Chunk, evolve, initial_state
+from .metrics import MetricsLog, Progress, history_records
+from .plots import plot_fitness
 from .rollout import rollout
 from .strategy import Strategy, StrategyState
 
@@ -154,10 +157,10 @@ class LifetimeFitness(eqx.Module):
 
     def __call__(self, genome: Genome, key: PRNGKey) -> tuple[Array, Any]:
         return rollout(
+            key,
             genome,
             self.env,
             self.env_params,
-            key,
             self.num_steps,
             reset_on_done=self.reset_on_done,
         )
@@ -188,11 +191,7 @@ class Built:
 
     def initial_state(self) -> StrategyState:
         """The state `evolve` starts from (batched over seeds with num_seeds)."""
-        init_key = jr.split(self.key)[0]
-        if self.num_seeds is None:
-            return self.strategy.init(init_key)
-        seed_keys = jr.split(self.key, self.num_seeds)
-        return jax.vmap(lambda k: self.strategy.init(jr.split(k)[0]))(seed_keys)
+        return initial_state(self.key, self.strategy, self.num_seeds)
 
 
 def build(experiment: Experiment) -> Built:
@@ -261,7 +260,7 @@ def plot_best(run_dir: str | Path, steps: int | None = None) -> Path:
         NotImplementedError: the environment has no picture (not an arena).
     """
     from .envs.arena import AbstractArenaEnv
-    from .envs.render import render_policy
+    from .plots import render_policy
 
     run_dir = Path(run_dir)
     built, genome = load_best_genome(run_dir)
@@ -273,10 +272,10 @@ def plot_best(run_dir: str | Path, steps: int | None = None) -> Path:
     # A fixed key per run: the same picture every time it is drawn.
     key = jr.fold_in(built.key, 0x706C6F74)
     return render_policy(
+        key,
         genome,
         built.env,
         built.env_params,
-        key,
         steps,
         run_dir / "trajectory.png",
         title=f"best genome of {run_dir.name}, {steps} steps",
@@ -332,6 +331,10 @@ def run(
     total = experiment.run.generations
     started = time.perf_counter()
     interrupted = False
+    every = experiment.run.checkpoint_every
+    # What the last completed chunk reached, and what is on disk.
+    latest: dict[str, Any] = {"generation": generation, "state": state}
+    saved = {"generation": generation}
     with Progress(
         total,
         built.agent_steps_per_generation,
@@ -340,35 +343,35 @@ def run(
         stream=stream,
     ) as progress:
 
-        def on_chunk(history: dict[str, Any]) -> None:
-            records = history_records(history)
+        def on_chunk(chunk: Chunk) -> bool:
+            records = history_records(chunk.history)
             metrics.append(records)
             progress.update(records)
+            latest["generation"], latest["state"] = chunk.generation, chunk.state
+            if chunk.generation // every > saved["generation"] // every:
+                checkpoints.save(chunk.generation, chunk.state, record)
+                saved["generation"] = chunk.generation
+            return False
 
-        last_saved = generation
         try:
-            while generation < total:
-                count = min(experiment.run.chunk_size, total - generation)
-                result = evolve(
+            if generation < total:
+                evolve(
+                    built.key,
                     built.strategy,
                     built.fitness,
-                    built.key,
-                    num_generations=count,
-                    chunk_size=count,
+                    num_generations=total - generation,
+                    chunk_size=experiment.run.chunk_size,
                     num_seeds=built.num_seeds,
                     callback=on_chunk,
                     state=state,
                     on_nonfinite=experiment.run.on_nonfinite,
                     mesh=mesh,
+                    episodes=experiment.run.episodes,
                 )
-                state, generation = result.state, generation + count
-                due = generation // experiment.run.checkpoint_every
-                if due > last_saved // experiment.run.checkpoint_every:
-                    checkpoints.save(generation, state, record)
-                    last_saved = generation
         except KeyboardInterrupt:
             interrupted = True
-        if state is not None and last_saved != generation:
+        generation, state = latest["generation"], latest["state"]
+        if state is not None and saved["generation"] != generation:
             checkpoints.save(generation, state, record)
         checkpoints.close()
         rate = progress.agent_steps_per_second

@@ -9,30 +9,48 @@ repository). `strategies()` lists everything usable by name.
 
 import dataclasses
 import difflib
+import functools
 import importlib
 import inspect
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import optax
-from evosax.algorithms import algorithms as EVOSAX_ALGORITHMS
-from evosax.algorithms.base import EvolutionaryAlgorithm
-from evosax.algorithms.distribution_based.sv.base import SV_ES
-from evosax.algorithms.population_based.base import PopulationBasedAlgorithm
-from evosax.core import fitness_shaping, optimizer as evosax_optimizer
+
+if TYPE_CHECKING:
+    from evosax.algorithms.base import EvolutionaryAlgorithm
 
 Family = Literal["distribution", "population", "stein"]
 
-FITNESS_SHAPING = {
-    "identity": fitness_shaping.identity_fitness_shaping_fn,
-    "centered_rank": fitness_shaping.centered_rank_fitness_shaping_fn,
-    "weights": fitness_shaping.weights_fitness_shaping_fn,
-    "standardize": fitness_shaping.standardize_fitness_shaping_fn,
-    "normalize": fitness_shaping.normalize_fitness_shaping_fn,
-}
+SHAPING_NAMES = ("identity", "centered_rank", "weights", "standardize", "normalize")
 """Fitness-shaping functions a preset may name (evosax.core.fitness_shaping)."""
+
+
+# Importing evosax's algorithms starts JAX's backends (they build arrays at import
+# time), after which the CPU device count and `jax.distributed` can no longer be
+# set. So evosax is imported on first use, never when eqxevo is imported.
+@functools.cache
+def evosax_algorithms() -> dict[str, type["EvolutionaryAlgorithm"]]:
+    """evosax's registry of algorithms by name (`evosax.algorithms.algorithms`)."""
+    from evosax.algorithms import algorithms
+
+    return dict(algorithms)
+
+
+def _base_class() -> type["EvolutionaryAlgorithm"]:
+    from evosax.algorithms.base import EvolutionaryAlgorithm
+
+    return EvolutionaryAlgorithm
+
+
+def fitness_shaping_fn(name: str) -> Any:
+    """The evosax fitness-shaping function called `name` (see `SHAPING_NAMES`)."""
+    from evosax.core import fitness_shaping
+
+    return getattr(fitness_shaping, f"{name}_fitness_shaping_fn")
+
 
 _PRESET_KEYS = {"algorithm", "description", "paper", "kwargs", "params"}
 
@@ -57,8 +75,8 @@ class Resolved:
     """
 
     name: str
-    cls: type[EvolutionaryAlgorithm]
-    instance: EvolutionaryAlgorithm | None = None
+    cls: type["EvolutionaryAlgorithm"]
+    instance: "EvolutionaryAlgorithm | None" = None
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     raw_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -78,8 +96,11 @@ class StrategyInfo:
     description: str
 
 
-def family_of(cls: type[EvolutionaryAlgorithm]) -> Family:
+def family_of(cls: type["EvolutionaryAlgorithm"]) -> Family:
     """The evosax family of `cls`: distribution, population or Stein-variational."""
+    from evosax.algorithms.distribution_based.sv.base import SV_ES
+    from evosax.algorithms.population_based.base import PopulationBasedAlgorithm
+
     if issubclass(cls, SV_ES):
         return "stein"
     if issubclass(cls, PopulationBasedAlgorithm):
@@ -119,16 +140,20 @@ def _build_value(path: Path, key: str, value: Any) -> Any:
                 f"{{name = ..., weight_decay = ...}}; got {value!r}",
             )
         name = spec.get("name")
-        if name not in FITNESS_SHAPING:
+        if name not in SHAPING_NAMES:
             raise _fail(
                 path,
                 f"kwargs.fitness_shaping_fn name {name!r} is not one of "
-                f"{sorted(FITNESS_SHAPING)}",
+                f"{sorted(SHAPING_NAMES)}",
             )
-        fn = FITNESS_SHAPING[name]
+        fn = fitness_shaping_fn(name)
         if "weight_decay" in spec:
+            from evosax.core import fitness_shaping
+
             fn = fitness_shaping.add_weight_decay(fn, float(spec["weight_decay"]))
         return fn
+    from evosax.core import optimizer as evosax_optimizer
+
     for namespace, module in (("optax", optax), ("evosax", evosax_optimizer)):
         if isinstance(value, dict) and namespace in value:
             args = {k: v for k, v in value.items() if k != namespace}
@@ -174,14 +199,15 @@ def load_preset(path: str | Path) -> Resolved:
             path, f"unknown keys {sorted(unknown)}; allowed {sorted(_PRESET_KEYS)}"
         )
     name = data.get("algorithm")
-    if not isinstance(name, str) or name not in EVOSAX_ALGORITHMS:
-        close = difflib.get_close_matches(str(name), list(EVOSAX_ALGORITHMS), n=3)
+    algorithms = evosax_algorithms()
+    if not isinstance(name, str) or name not in algorithms:
+        close = difflib.get_close_matches(str(name), list(algorithms), n=3)
         raise _fail(
             path,
             f"algorithm = {name!r} is not an evosax algorithm"
             + (f" (did you mean {', '.join(close)}?)" if close else ""),
         )
-    cls = EVOSAX_ALGORITHMS[name]
+    cls = algorithms[name]
     for table in ("kwargs", "params"):
         if not isinstance(data.get(table, {}), dict):
             raise _fail(path, f"[{table}] must be a table")
@@ -218,7 +244,7 @@ def load_preset(path: str | Path) -> Resolved:
 # -- lookup -----------------------------------------------------------------------
 
 
-def _import_class(spec: str) -> type[EvolutionaryAlgorithm]:
+def _import_class(spec: str) -> type["EvolutionaryAlgorithm"]:
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -229,7 +255,7 @@ def _import_class(spec: str) -> type[EvolutionaryAlgorithm]:
     obj = getattr(module, attr, None)
     if obj is None:
         raise ValueError(f"algorithm={spec!r}: module {module_name!r} has no {attr!r}")
-    if not (inspect.isclass(obj) and issubclass(obj, EvolutionaryAlgorithm)):
+    if not (inspect.isclass(obj) and issubclass(obj, _base_class())):
         raise ValueError(
             f"algorithm={spec!r} is {obj!r}, not a subclass of "
             "evosax.algorithms.base.EvolutionaryAlgorithm"
@@ -245,11 +271,12 @@ def resolve(algorithm: Any) -> Resolved:
             of a kind that cannot name an algorithm.
         PresetError: a malformed preset file.
     """
-    if isinstance(algorithm, EvolutionaryAlgorithm):
+    algorithms = evosax_algorithms()
+    if isinstance(algorithm, _base_class()):
         cls = type(algorithm)
         return Resolved(cls.__name__, cls, instance=algorithm, source="instance")
     if inspect.isclass(algorithm):
-        if not issubclass(algorithm, EvolutionaryAlgorithm):
+        if not issubclass(algorithm, _base_class()):
             raise ValueError(
                 f"algorithm={algorithm!r} is a class but not a subclass of "
                 "evosax.algorithms.base.EvolutionaryAlgorithm"
@@ -263,8 +290,8 @@ def resolve(algorithm: Any) -> Resolved:
             "name, an evosax class or instance, a preset name, a .toml path, or "
             "'package.module:Class'"
         )
-    if algorithm in EVOSAX_ALGORITHMS:
-        return Resolved(algorithm, EVOSAX_ALGORITHMS[algorithm], source="evosax")
+    if algorithm in algorithms:
+        return Resolved(algorithm, algorithms[algorithm], source="evosax")
     if algorithm in preset_names():
         return load_preset(preset_dir() / f"{algorithm}.toml")
     if algorithm.endswith(".toml") or Path(algorithm).is_file():
@@ -274,7 +301,7 @@ def resolve(algorithm: Any) -> Resolved:
     if ":" in algorithm:
         cls = _import_class(algorithm)
         return Resolved(cls.__name__, cls, source=f"import:{algorithm}")
-    known = [*EVOSAX_ALGORITHMS, *preset_names()]
+    known = [*algorithms, *preset_names()]
     close = difflib.get_close_matches(algorithm, known, n=4, cutoff=0.5)
     close += [k for k in known if k.lower() == algorithm.lower() and k not in close]
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
@@ -287,10 +314,11 @@ def resolve(algorithm: Any) -> Resolved:
 def strategies() -> list[StrategyInfo]:
     """Every algorithm and preset usable by name, evosax algorithms first."""
     rows = []
-    for name, cls in EVOSAX_ALGORITHMS.items():
+    algorithms = evosax_algorithms()
+    for name, cls in algorithms.items():
         doc = (inspect.getdoc(cls) or name).splitlines()[0]
         rows.append(StrategyInfo(name, "evosax", name, family_of(cls), doc))
-    registry_name = {cls: name for name, cls in EVOSAX_ALGORITHMS.items()}
+    registry_name = {cls: name for name, cls in algorithms.items()}
     for name in preset_names():
         preset = load_preset(preset_dir() / f"{name}.toml")
         rows.append(

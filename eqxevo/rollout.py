@@ -5,7 +5,7 @@ the scan's carry (no stacked per-step outputs), so its memory is flat in T and
 its compilation does not grow with T (jax#40101: stacked scan outputs are
 quadratic in T on CPU in some jaxlibs). It returns `(fitness, summary)`, so
 
-    fitness_fn = lambda genome, key: rollout(genome, env, params, key, 1000)
+    fitness_fn = lambda genome, key: rollout(key, genome, env, params, 1000)
 
 is an eqxevo fitness function with aux, ready for `evaluate` and `evolve`.
 
@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 
+from ._deprecated import key_first
 from ._types import Array, Bool, Float, PRNGKey, Scalar
 from .envs.base import AbstractEnv, EnvParams, EnvState
 from .nets.base import AbstractPolicy
@@ -206,12 +207,13 @@ def _summary(carry: _Carry) -> Summary:
     return summary
 
 
+@key_first(old_position=3)
 @eqx.filter_jit
 def rollout(
+    key: PRNGKey,
     policy: AbstractPolicy,
     env: AbstractEnv,
     env_params: EnvParams,
-    key: PRNGKey,
     num_steps: int,
     *,
     reset_on_done: bool = True,
@@ -223,10 +225,10 @@ def rollout(
     program compiles once per `num_steps`.
 
     Arguments:
+        key: the lifetime's key (see the module docstring for its schedule).
         policy: any `AbstractPolicy` (a genome).
         env: any `AbstractEnv`.
         env_params: the environment's params (a variant).
-        key: the lifetime's key (see the module docstring for its schedule).
         num_steps: lifetime length T, a static Python int.
         reset_on_done: reset the environment when an episode ends and carry on
             (True), or freeze it for the rest of the lifetime (False).
@@ -244,8 +246,8 @@ def rollout(
 
     Example:
         >>> env = Chemotaxis()
-        >>> fitness, summary = rollout(policy, env, env.default_params(), key, 1000)
-        >>> fitness_fn = lambda g, k: rollout(g, env, env.default_params(), k, 1000)
+        >>> fitness, summary = rollout(key, policy, env, env.default_params(), 1000)
+        >>> fitness_fn = lambda g, k: rollout(k, g, env, env.default_params(), 1000)
     """
     _check_num_steps(num_steps)
     carry, keys = _start(policy, env, env_params, key)
@@ -288,12 +290,13 @@ class Trajectory(eqx.Module):
     summary: Summary
 
 
+@key_first(old_position=3)
 @eqx.filter_jit
 def record(
+    key: PRNGKey,
     policy: AbstractPolicy,
     env: AbstractEnv,
     env_params: EnvParams,
-    key: PRNGKey,
     num_steps: int,
     *,
     reset_on_done: bool = True,
@@ -308,7 +311,7 @@ def record(
         A `Trajectory`.
 
     Example:
-        >>> trajectory = record(policy, env, params, key, 500)
+        >>> trajectory = record(key, policy, env, params, 500)
         >>> eqxevo.envs.render.render_trajectory(trajectory, env, params, "path.png")
     """
     _check_num_steps(num_steps)

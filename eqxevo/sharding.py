@@ -9,7 +9,7 @@ is `fold_in(key, i)` wherever genome i runs, so a run gives bit-identical result
 on 1, 2 or 4 devices, on one process or several (see `tests/test_sharding.py`).
 
     mesh = eqxevo.population_mesh()                      # every device
-    result = eqxevo.evolve(strategy, fitness_fn, key, num_generations=100, mesh=mesh)
+    result = eqxevo.evolve(key, strategy, fitness_fn, num_generations=100, mesh=mesh)
 
 On a CPU, XLA runs each program on one thread; exposing the cores as devices
 (`use_cpu_devices()` or `XLA_FLAGS=--xla_force_host_platform_device_count=N`,
@@ -52,7 +52,7 @@ def population_mesh(devices: Sequence[Any] | None = None) -> Mesh:
 
     Example:
         >>> mesh = eqxevo.population_mesh()
-        >>> eqxevo.evolve(strategy, fitness_fn, key, num_generations=50, mesh=mesh)
+        >>> eqxevo.evolve(key, strategy, fitness_fn, num_generations=50, mesh=mesh)
     """
     devices = list(jax.devices() if devices is None else devices)
     if not devices:

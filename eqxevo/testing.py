@@ -600,7 +600,7 @@ def check_policy(
             "population (its floating leaves stacked) and over keys.",
         ) from err
     try:
-        eqx.filter_eval_shape(rollout, policy, env, params, run_key, 2)
+        eqx.filter_eval_shape(rollout, run_key, policy, env, params, 2)
     except Exception as err:
         raise _fail(
             f"rollout of {name} does not trace",

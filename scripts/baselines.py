@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import jax.random as jr
 
 from eqxevo import rollout
-from eqxevo.baselines import (
+from eqxevo.agents import (
     BraitenbergAgent,
     ForagerAgent,
     RandomAgent,
@@ -37,7 +37,7 @@ from eqxevo.envs import Chemotaxis, Foraging, LongHorizon
 def lifetimes(agent, env, params, key, num_steps, num_seeds):
     """Fitness and summary of `num_seeds` lifetimes, keys split from `key`."""
     keys = jr.split(key, num_seeds)
-    return jax.vmap(lambda k: rollout(agent, env, params, k, num_steps))(keys)
+    return jax.vmap(lambda k: rollout(k, agent, env, params, num_steps))(keys)
 
 
 @eqx.filter_jit

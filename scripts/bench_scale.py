@@ -58,7 +58,7 @@ def build_workload(args: argparse.Namespace) -> tuple[Any, Any, bool]:
         env, params, genome = built.env, built.env_params, built.genome
 
         def l0(genome: Any, key: Any, steps: int) -> Any:
-            total, summary = rollout(genome, env, params, key, steps)
+            total, summary = rollout(key, genome, env, params, steps)
             return total / steps, summary  # mean reward: proxy and full compare
 
         return genome, l0, True
@@ -193,9 +193,9 @@ def child_throughput(args: argparse.Namespace) -> dict[str, Any]:
 
     def run(key: Any) -> Any:
         return eqxevo.evolve(
+            key,
             strategy,
             fitness_fn,
-            key,
             num_generations=gens,
             chunk_size=gens,
             mesh=mesh,
@@ -288,9 +288,9 @@ def child_multifidelity(args: argparse.Namespace) -> dict[str, Any]:
             while generation < args.generations:
                 n = min(args.eval_every, args.generations - generation)
                 result = eqxevo.evolve(
+                    key,
                     strategy,
                     fitness_fn,
-                    key,
                     num_generations=n,
                     chunk_size=n,
                     state=state,
@@ -349,7 +349,7 @@ def child_memory(args: argparse.Namespace) -> dict[str, Any]:
     strategy = eqxevo.Strategy("snes", genome, args.population)
     population, _ = strategy.ask(jr.key(1), strategy.init(jr.key(0)))
     run = jax.jit(
-        lambda p, k: eqxevo.evaluate(lifetime, p, k, batch_size=batch_size)[0]
+        lambda p, k: eqxevo.evaluate(k, lifetime, p, batch_size=batch_size)[0]
     )
     compiled = run.lower(population, jr.key(2)).compile()
     analysis = compiled.memory_analysis()

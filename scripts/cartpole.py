@@ -39,7 +39,7 @@ def main() -> None:
     params = env.default_params()
 
     def episode_return(policy, key):
-        return rollout(policy, env, params, key, 500, reset_on_done=False)[0]
+        return rollout(key, policy, env, params, 500, reset_on_done=False)[0]
 
     def fitness(policy, key):
         keys = jr.split(key, args.episodes)
@@ -49,9 +49,9 @@ def main() -> None:
     strategy = eqxevo.Strategy(args.strategy, policy, args.population, maximize=True)
     start = time.perf_counter()
     result = eqxevo.evolve(
+        jr.key(1),
         strategy,
         fitness,
-        jr.key(1),
         num_generations=args.generations,
         chunk_size=args.generations,
         num_seeds=args.seeds,

@@ -25,10 +25,10 @@ import numpy as np
 
 import eqxevo
 from eqxevo import rollout
-from eqxevo.baselines import BraitenbergAgent
+from eqxevo.agents import BraitenbergAgent
 from eqxevo.envs import Chemotaxis
-from eqxevo.envs.render import render_policy
 from eqxevo.nets import MLPPolicy
+from eqxevo.plots import render_policy
 
 NUM_STEPS = 1000
 
@@ -50,7 +50,7 @@ def main() -> None:
 
     def fitness(genome, key):
         keys = jr.split(key, args.episodes)
-        total, summary = jax.vmap(lambda k: rollout(genome, env, params, k, NUM_STEPS))(
+        total, summary = jax.vmap(lambda k: rollout(k, genome, env, params, NUM_STEPS))(
             keys
         )
         return jnp.mean(total) / NUM_STEPS, {
@@ -68,7 +68,8 @@ def main() -> None:
     )
     start = time.perf_counter()
 
-    def progress(history):
+    def progress(chunk):
+        history = chunk.history
         g = int(history["generation"][0, -1])
         best = np.array2string(history["best"][:, -1], precision=3)
         mean = np.array2string(history["mean"][:, -1], precision=3)
@@ -76,9 +77,9 @@ def main() -> None:
         print(f"generation {g + 1:4d}  best {best}  mean {mean}  {elapsed:6.1f} s")
 
     result = eqxevo.evolve(
+        jr.key(2024),
         strategy,
         fitness,
-        jr.key(2024),
         num_generations=args.generations,
         chunk_size=10,
         num_seeds=args.seeds,
@@ -90,7 +91,7 @@ def main() -> None:
 
     @eqx.filter_jit
     def score(agent):
-        total, _ = jax.vmap(lambda k: rollout(agent, env, params, k, NUM_STEPS))(
+        total, _ = jax.vmap(lambda k: rollout(k, agent, env, params, NUM_STEPS))(
             eval_keys
         )
         return total / NUM_STEPS
@@ -132,7 +133,7 @@ def main() -> None:
     out = pathlib.Path(args.out)
     key = eval_keys[0]
     for name, agent in (("evolved", champion), ("braitenberg", braitenberg)):
-        path = render_policy(agent, env, params, key, NUM_STEPS, out / f"l0_{name}.png")
+        path = render_policy(key, agent, env, params, NUM_STEPS, out / f"l0_{name}.png")
         print(f"picture: {path}")
 
 

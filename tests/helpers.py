@@ -6,6 +6,8 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from eqxevo.genome import GenomeLayout
+
 
 class Net(eqx.Module):
     """A genome with evolvable floats, a static integer array and a function."""
@@ -51,3 +53,26 @@ def tree_equal(a, b) -> bool:
         if not np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"):
             return False
     return True
+
+
+def lifetime(genome, key, steps=6):
+    """A small scanned lifetime with per-step noise and an aux summary."""
+
+    def step(carry, step_key):
+        x, total = carry
+        x = jnp.tanh(genome.weight.T @ x[:3] + genome.bias) + 0.1 * jr.normal(
+            step_key, (2,)
+        )
+        x = jnp.concatenate([x, x[:1]])
+        return (x, total + jnp.sum(x**2)), None
+
+    (x, total), _ = jax.lax.scan(
+        step, (jnp.ones(3), jnp.zeros(())), jr.split(key, steps)
+    )
+    return total / steps, {"last": x[:2]}
+
+
+def random_population(seed, size):
+    key = jr.key(seed)
+    layout = GenomeLayout.from_genome(Net(key=key))
+    return layout.unflatten_population(jr.normal(key, (size, layout.num_params)))

@@ -74,9 +74,9 @@ def evolve(mesh: Any) -> Any:
     """Multi-fidelity, two seeds, micro-batches of 3 (the last one padded)."""
     strategy = eqxevo.Strategy("snes", mlp(), POPULATION, maximize=True)
     result = eqxevo.evolve(
+        jr.key(7),
         strategy,
         multi_fidelity(),
-        jr.key(7),
         num_generations=3,
         num_seeds=2,
         batch_size=3,
@@ -89,7 +89,7 @@ def evaluate_once(mesh: Any) -> Any:
     """A standalone evaluate (its own shard_map), with per-step noise and aux."""
     strategy = eqxevo.Strategy("snes", mlp(), POPULATION)
     population, _ = strategy.ask(jr.key(1), strategy.init(jr.key(2)))
-    return evaluate(lambda g, k: lifetime(g, k, 8), population, jr.key(3), mesh=mesh)
+    return evaluate(jr.key(3), lambda g, k: lifetime(g, k, 8), population, mesh=mesh)
 
 
 SCENARIOS: dict[str, Callable[[Any], Any]] = {
@@ -107,7 +107,7 @@ def errors(mesh: Any) -> list[str]:
     ):
         strategy = eqxevo.Strategy("snes", Net(key=jr.key(0)), size)
         try:
-            eqxevo.evolve(strategy, fitness_fn, jr.key(0), num_generations=1, mesh=mesh)
+            eqxevo.evolve(jr.key(0), strategy, fitness_fn, num_generations=1, mesh=mesh)
             messages.append("no error")
         except ValueError as err:
             messages.append(str(err))

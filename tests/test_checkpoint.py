@@ -14,7 +14,7 @@ EXPERIMENT = {
 def run(name, generations, state=None):
     strategy = eqxevo.Strategy(name, Net(key=jr.key(0)), 8)
     result = eqxevo.evolve(
-        strategy, sphere, jr.key(1), num_generations=generations, state=state
+        jr.key(1), strategy, sphere, num_generations=generations, state=state
     )
     return strategy, result.state
 

@@ -140,7 +140,7 @@ def test_traced_invalid_params_fail_at_run_time(key):
 
 
 def test_variants_are_params_run_by_one_program(key):
-    from eqxevo.baselines import BraitenbergAgent
+    from eqxevo.agents import BraitenbergAgent
 
     agent = BraitenbergAgent()
     variants = [
@@ -150,11 +150,11 @@ def test_variants_are_params_run_by_one_program(key):
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *variants)
     run = eqx.filter_jit(
         eqx.debug.assert_max_traces(
-            lambda p: jax.vmap(lambda q: rollout(agent, ENV, q, key, 50)[0])(p),
+            lambda p: jax.vmap(lambda q: rollout(key, agent, ENV, q, 50)[0])(p),
             max_traces=1,
         )
     )
     both = run(stacked)
-    one_by_one = [float(rollout(agent, ENV, v, key, 50)[0]) for v in variants]
+    one_by_one = [float(rollout(key, agent, ENV, v, 50)[0]) for v in variants]
     np.testing.assert_allclose(both, one_by_one, rtol=1e-5)
     run(jax.tree.map(lambda x: x[::-1], stacked))  # new values, same program

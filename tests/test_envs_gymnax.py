@@ -86,7 +86,7 @@ def test_cartpole_is_solved_by_snes_with_an_mlp(key):
     params = env.default_params()
 
     def episode_return(policy, key):
-        return rollout(policy, env, params, key, 500, reset_on_done=False)[0]
+        return rollout(key, policy, env, params, 500, reset_on_done=False)[0]
 
     def fitness(policy, key):
         return jnp.mean(jax.vmap(lambda k: episode_return(policy, k))(jr.split(key, 2)))
@@ -94,7 +94,7 @@ def test_cartpole_is_solved_by_snes_with_an_mlp(key):
     policy = MLPPolicy(4, 2, 16, 1, key=jr.key(0))
     strategy = eqxevo.Strategy("snes", policy, 32, maximize=True)
     result = eqxevo.evolve(
-        strategy, fitness, jr.key(1), num_generations=20, chunk_size=20
+        jr.key(1), strategy, fitness, num_generations=20, chunk_size=20
     )
     solution = strategy.mean(result.state)
     returns = eqx.filter_jit(jax.vmap(lambda k: episode_return(solution, k)))(

@@ -144,10 +144,10 @@ def test_a_fixed_preference_is_punished_in_alternate_seasons(key):
 
 
 def test_l4_lifetime_runs_twenty_thousand_steps(key):
-    from eqxevo.baselines import RandomAgent
+    from eqxevo.agents import RandomAgent
 
     fitness, summary = rollout(
-        RandomAgent(ENV.obs_size), ENV, ENV.default_params(), key, 20_000
+        key, RandomAgent(ENV.obs_size), ENV, ENV.default_params(), 20_000
     )
     assert int(summary["steps"]) == 20_000 and int(summary["num_episodes"]) == 1
     assert np.isfinite(float(fitness))

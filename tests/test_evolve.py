@@ -30,7 +30,7 @@ def hand_written_loop(strategy, fitness_fn, key, num_generations):
         ask_key, eval_key, tell_key = generation_keys(run_key, g)
         population, state = strategy.ask(ask_key, state)
         fitness, _ = eqxevo.evaluate(
-            fitness_fn, population, eval_key, filter_spec=strategy.filter_spec
+            eval_key, fitness_fn, population, filter_spec=strategy.filter_spec
         )
         state, metrics = strategy.tell(tell_key, population, fitness, state)
         best.append(metrics["best"])
@@ -40,7 +40,7 @@ def hand_written_loop(strategy, fitness_fn, key, num_generations):
 @pytest.mark.parametrize("name", ["snes", "simple_ga", "differential_evolution"])
 def test_evolve_equals_hand_written_loop(name, key):
     strategy = strategy_for(name)
-    result = eqxevo.evolve(strategy, noisy_sphere, key, num_generations=5, chunk_size=2)
+    result = eqxevo.evolve(key, strategy, noisy_sphere, num_generations=5, chunk_size=2)
     state, best = hand_written_loop(strategy, noisy_sphere, key, 5)
     assert tree_equal(result.state, state)
     np.testing.assert_array_equal(result.history["best"], best)
@@ -52,10 +52,10 @@ def test_evolve_equals_hand_written_loop(name, key):
 def test_evolve_does_not_depend_on_chunk_size(chunk_size):
     strategy = strategy_for("snes")
     reference = eqxevo.evolve(
-        strategy, noisy_sphere, jr.key(3), num_generations=7, chunk_size=7
+        jr.key(3), strategy, noisy_sphere, num_generations=7, chunk_size=7
     )
     result = eqxevo.evolve(
-        strategy, noisy_sphere, jr.key(3), num_generations=7, chunk_size=chunk_size
+        jr.key(3), strategy, noisy_sphere, num_generations=7, chunk_size=chunk_size
     )
     assert tree_equal(result.state, reference.state)
     assert tree_equal(result.history, reference.history)
@@ -64,13 +64,13 @@ def test_evolve_does_not_depend_on_chunk_size(chunk_size):
 @pytest.mark.parametrize("name", ["snes", "simple_ga"])
 def test_num_seeds_equals_separate_runs(name, key):
     strategy = strategy_for(name)
-    batched = eqxevo.evolve(strategy, noisy_sphere, key, num_generations=4, num_seeds=3)
+    batched = eqxevo.evolve(key, strategy, noisy_sphere, num_generations=4, num_seeds=3)
     assert batched.history["best"].shape == (3, 4)
     assert batched.best_fitness.shape == (3,)
     assert batched.best_genome.weight.shape == (3, 3, 2)
     assert batched.best_genome.edges.shape == (5,)  # static stays shared
     for k, seed_key in enumerate(jr.split(key, 3)):
-        single = eqxevo.evolve(strategy, noisy_sphere, seed_key, num_generations=4)
+        single = eqxevo.evolve(seed_key, strategy, noisy_sphere, num_generations=4)
         assert tree_equal(
             jax.tree.map(lambda x, k=k: x[k], batched.state), single.state
         )
@@ -86,9 +86,9 @@ def test_evolve_compiles_once_across_generations_and_calls(key):
     strategy = Strategy("snes", Net(key=key), 6)
     before = eqx.debug.get_num_traces(_run_chunk)
     # 23 generations in chunks of 5: four full chunks and a masked partial one.
-    eqxevo.evolve(strategy, sphere, key, num_generations=23, chunk_size=5)
+    eqxevo.evolve(key, strategy, sphere, num_generations=23, chunk_size=5)
     assert eqx.debug.get_num_traces(_run_chunk) == before + 1
-    eqxevo.evolve(strategy, sphere, jr.fold_in(key, 1), num_generations=8, chunk_size=5)
+    eqxevo.evolve(jr.fold_in(key, 1), strategy, sphere, num_generations=8, chunk_size=5)
     assert eqx.debug.get_num_traces(_run_chunk) == before + 1
 
 
@@ -100,7 +100,7 @@ def test_user_scan_of_ask_tell_traces_once(key):
     def generation(state, gen_key):
         ask_key, eval_key, tell_key = jr.split(gen_key, 3)
         population, state = strategy.ask(ask_key, state)
-        fitness, _ = eqxevo.evaluate(sphere, population, eval_key)
+        fitness, _ = eqxevo.evaluate(eval_key, sphere, population)
         return strategy.tell(tell_key, population, fitness, state)[0]
 
     state = strategy.init(key)
@@ -111,10 +111,10 @@ def test_user_scan_of_ask_tell_traces_once(key):
 
 def test_resumed_run_equals_uninterrupted_run(key):
     strategy = strategy_for("simple_ga")
-    full = eqxevo.evolve(strategy, noisy_sphere, key, num_generations=6)
-    first = eqxevo.evolve(strategy, noisy_sphere, key, num_generations=4)
+    full = eqxevo.evolve(key, strategy, noisy_sphere, num_generations=6)
+    first = eqxevo.evolve(key, strategy, noisy_sphere, num_generations=4)
     rest = eqxevo.evolve(
-        strategy, noisy_sphere, key, num_generations=2, state=first.state
+        key, strategy, noisy_sphere, num_generations=2, state=first.state
     )
     assert tree_equal(rest.state, full.state)
     np.testing.assert_array_equal(rest.history["generation"], [4, 5])
@@ -124,20 +124,23 @@ def test_resumed_run_equals_uninterrupted_run(key):
 def test_callback_receives_each_chunk_on_the_host(key):
     received = []
     eqxevo.evolve(
+        key,
         strategy_for("snes"),
         sphere,
-        key,
         num_generations=7,
         chunk_size=3,
         callback=received.append,
     )
-    assert [list(h["generation"]) for h in received] == [[0, 1, 2], [3, 4, 5], [6]]
-    assert all(isinstance(h["best"], np.ndarray) for h in received)
+    histories = [chunk.history for chunk in received]
+    assert [list(h["generation"]) for h in histories] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert all(isinstance(h["best"], np.ndarray) for h in histories)
+    assert [chunk.generation for chunk in received] == [3, 6, 7]
+    assert all(chunk.num_generations == 7 for chunk in received)
 
 
 def test_history_is_in_the_users_sign(key):
     strategy = strategy_for("snes", maximize=True)
-    result = eqxevo.evolve(strategy, lambda g, k: -sphere(g, k), key, num_generations=5)
+    result = eqxevo.evolve(key, strategy, lambda g, k: -sphere(g, k), num_generations=5)
     h = result.history
     np.testing.assert_array_equal(h["best"], h["max"])
     assert (h["min"] <= h["mean"]).all() and (h["mean"] <= h["max"]).all()
@@ -162,7 +165,7 @@ def count_nonfinite(strategy, key, num_generations):
     for g in range(num_generations):
         ask_key, eval_key, tell_key = generation_keys(run_key, g)
         population, state = strategy.ask(ask_key, state)
-        fitness, _ = eqxevo.evaluate(explode, population, eval_key)
+        fitness, _ = eqxevo.evaluate(eval_key, explode, population)
         counts.append(int((~jnp.isfinite(fitness)).sum()))
         best_finite.append(
             float(jnp.min(jnp.where(jnp.isfinite(fitness), fitness, jnp.inf)))
@@ -180,7 +183,7 @@ def test_nonfinite_fitness_ranks_worst_and_is_counted(name, key):
         lambda x: jnp.zeros_like(x) if eqx.is_inexact_array(x) else x, Net(key=key)
     )
     strategy = Strategy(name, zero, 8, init_scale=1.0)
-    result = eqxevo.evolve(strategy, explode, key, num_generations=6)
+    result = eqxevo.evolve(key, strategy, explode, num_generations=6)
     counts, best_finite = count_nonfinite(strategy, key, 6)
     np.testing.assert_array_equal(result.history["num_nonfinite"], counts)
     assert sum(counts) > 0, "the test needs some non-finite genomes"
@@ -206,16 +209,16 @@ def test_nonfinite_policy_raise_names_the_generation(key):
         value = -jnp.sum(genome.weight)
         return jnp.where(genome.weight[0, 0] > 1.0, jnp.nan, value)
 
-    clean = eqxevo.evolve(strategy, grows_then_fails, key, num_generations=40)
+    clean = eqxevo.evolve(key, strategy, grows_then_fails, num_generations=40)
     bad_generations = np.flatnonzero(clean.history["num_nonfinite"])
     assert bad_generations.size, "the test needs a generation with NaN fitness"
     first = int(bad_generations[0])
     assert first > 0
     with pytest.raises(NonFiniteFitnessError, match=f"at generation {first}") as info:
         eqxevo.evolve(
+            key,
             strategy,
             grows_then_fails,
-            key,
             num_generations=40,
             chunk_size=4,
             on_nonfinite="raise",
@@ -228,7 +231,7 @@ def test_nonfinite_policy_raise_names_the_generation(key):
         np.asarray(info.value.state.best_flat),
         np.asarray(
             eqxevo.evolve(
-                strategy, grows_then_fails, key, num_generations=first
+                key, strategy, grows_then_fails, num_generations=first
             ).state.best_flat
         ),
     )
@@ -245,25 +248,25 @@ def test_nonfinite_policy_raise_names_the_generation(key):
 )
 def test_evolve_rejects_bad_arguments(kwargs, match, key):
     with pytest.raises((ValueError, TypeError), match=match):
-        eqxevo.evolve(strategy_for("snes"), sphere, key, **kwargs)
+        eqxevo.evolve(key, strategy_for("snes"), sphere, **kwargs)
 
 
 def test_equal_strategies_share_one_compilation(key):
     net = Net(key=key)
     before = eqx.debug.get_num_traces(_run_chunk)
-    eqxevo.evolve(Strategy("open_es", net, 6), sphere, key, num_generations=2)
+    eqxevo.evolve(key, Strategy("open_es", net, 6), sphere, num_generations=2)
     # built again from the same preset (new evosax and optax objects): no retrace
-    eqxevo.evolve(Strategy("open_es", net, 6), sphere, key, num_generations=2)
+    eqxevo.evolve(key, Strategy("open_es", net, 6), sphere, num_generations=2)
     assert eqx.debug.get_num_traces(_run_chunk) == before + 1
     # other values of the genome do not matter either (they are the mean, an input)
     shifted = jax.tree.map(lambda x: x + 1 if eqx.is_inexact_array(x) else x, net)
-    eqxevo.evolve(Strategy("open_es", shifted, 6), sphere, key, num_generations=2)
+    eqxevo.evolve(key, Strategy("open_es", shifted, 6), sphere, num_generations=2)
     assert eqx.debug.get_num_traces(_run_chunk) == before + 1
     # a user's own optimizer object is compared by identity: a new program
     eqxevo.evolve(
+        key,
         Strategy("open_es", net, 6, optimizer=optax.adam(0.1)),
         sphere,
-        key,
         num_generations=2,
     )
     assert eqx.debug.get_num_traces(_run_chunk) == before + 2
@@ -310,9 +313,9 @@ def test_evolve_with_multi_fidelity_equals_hand_written_loop(key):
     )
     # two seeds, micro-batches of 3 (8 = 3 + 3 + 2 padded), chunks of 3
     result = eqxevo.evolve(
+        key,
         strategy,
         fidelity,
-        key,
         num_generations=4,
         chunk_size=3,
         num_seeds=2,
@@ -331,7 +334,7 @@ def test_evolve_with_multi_fidelity_equals_hand_written_loop(key):
             ask_key, eval_key, tell_key = generation_keys(run_key, g)
             population, state = strategy.ask(ask_key, state)
             fitness, _ = eqxevo.evaluate(
-                fidelity, population, eval_key, maximize=strategy.maximize
+                eval_key, fidelity, population, maximize=strategy.maximize
             )
             state, metrics = strategy.tell(tell_key, population, fitness, state)
             best.append(metrics["best"])
@@ -345,6 +348,6 @@ def test_evolve_checks_multi_fidelity_and_batch_size(key):
         sphere, sphere, num_promoted=9, proxy_steps=1, full_steps=1
     )
     with pytest.raises(ValueError, match="num_promoted=9 must be at most"):
-        eqxevo.evolve(strategy, too_many, key, num_generations=1)
+        eqxevo.evolve(key, strategy, too_many, num_generations=1)
     with pytest.raises(ValueError, match="batch_size"):
-        eqxevo.evolve(strategy, sphere, key, num_generations=1, batch_size=1)
+        eqxevo.evolve(key, strategy, sphere, num_generations=1, batch_size=1)

@@ -76,21 +76,23 @@ def test_num_seeds_runs_and_records_every_seed(tmp_path):
 
 
 def test_interrupt_checkpoints_the_last_complete_chunk(tmp_path, monkeypatch):
+    # Ctrl-C arrives while the host handles the third chunk (its metrics are
+    # written, its state is not yet taken): the second chunk's state is saved.
     calls = {"n": 0}
-    real_evolve = experiment.evolve
+    real_update = experiment.Progress.update
 
-    def evolve_then_interrupt(*args, **kwargs):
+    def update_then_interrupt(self, records):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
-        return real_evolve(*args, **kwargs)
+        return real_update(self, records)
 
-    monkeypatch.setattr(experiment, "evolve", evolve_then_interrupt)
+    monkeypatch.setattr(experiment.Progress, "update", update_then_interrupt)
     exp = small("run.checkpoint_every=100")
     with pytest.raises(KeyboardInterrupt):
         experiment.run(exp, tmp_path / "i", quiet=True)
     assert Checkpointer(tmp_path / "i/checkpoints").latest() == 4
-    monkeypatch.setattr(experiment, "evolve", real_evolve)
+    monkeypatch.setattr(experiment.Progress, "update", real_update)
     experiment.resume(tmp_path / "i", quiet=True)
     experiment.run(exp, tmp_path / "u", quiet=True)
     assert (tmp_path / "i/metrics.jsonl").read_text() == (

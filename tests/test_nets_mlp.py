@@ -34,9 +34,9 @@ def test_mlp_policy_is_a_genome(key):
     population, _ = strategy.ask(key, strategy.init(key))
     # evaluate maps only the evolvable leaves (the activation function is static)
     fitness, actions = eqxevo.evaluate(
+        key,
         lambda p, k: (jnp.sum(p(jnp.ones(4), None)[0]), p(jnp.ones(4), None)[0]),
         population,
-        key,
     )
     assert fitness.shape == (8,) and actions.shape == (8, 2)
 

@@ -51,7 +51,7 @@ def test_recurrent_policy_is_a_genome(key):
         action, _ = genome(jnp.ones(4), genome.initial_state(key))
         return jnp.sum(action)
 
-    values, _ = eqxevo.evaluate(fitness, population, key)
+    values, _ = eqxevo.evaluate(key, fitness, population)
     assert values.shape == (8,)
 
 

@@ -290,7 +290,7 @@ def test_policy_evolves_under_strategy_with_a_shared_topology_and_compiles_once(
         # topology and layout arrays are shared: never given a population axis
         assert population.layout.src.shape == policy.layout.src.shape
         assert population.weights.shape == (4, E_MAX)
-        fitness_values, _ = eqxevo.evaluate(fitness, population, eval_key)
+        fitness_values, _ = eqxevo.evaluate(eval_key, fitness, population)
         assert fitness_values.shape == (4,) and bool(
             jnp.all(jnp.isfinite(fitness_values))
         )

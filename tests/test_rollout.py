@@ -10,7 +10,7 @@ from hypothesis import given
 
 import eqxevo
 from eqxevo import record, rollout, testing
-from eqxevo.baselines import RandomAgent
+from eqxevo.agents import RandomAgent
 from eqxevo.envs import AbstractEnv, Chemotaxis
 from eqxevo.nets import AbstractPolicy, MLPPolicy
 
@@ -88,7 +88,7 @@ PARAMS = ENV.default_params()
 
 
 def test_auto_reset_counts_episodes_and_keeps_the_lifetime_state(key):
-    trajectory = record(Accumulator(), ENV, PARAMS, key, 7)
+    trajectory = record(key, Accumulator(), ENV, PARAMS, 7)
     # Episodes of 3 steps: done at steps 2 and 5, the env resets after each.
     np.testing.assert_array_equal(trajectory.dones, [0, 0, 1, 0, 0, 1, 0])
     times = np.asarray(trajectory.observations[:, 0])
@@ -105,7 +105,7 @@ def test_auto_reset_counts_episodes_and_keeps_the_lifetime_state(key):
 
 
 def test_reset_policy_on_done_restarts_the_lifetime_state(key):
-    trajectory = record(Accumulator(), ENV, PARAMS, key, 7, reset_policy_on_done=True)
+    trajectory = record(key, Accumulator(), ENV, PARAMS, 7, reset_policy_on_done=True)
     # After each episode the accumulated reward starts again from zero.
     assert float(trajectory.actions[3, 0]) == 0.0
     assert float(trajectory.actions[6, 0]) == 0.0
@@ -113,8 +113,8 @@ def test_reset_policy_on_done_restarts_the_lifetime_state(key):
 
 
 def test_without_reset_the_lifetime_is_one_episode(key):
-    fitness, summary = rollout(Accumulator(), ENV, PARAMS, key, 10, reset_on_done=False)
-    trajectory = record(Accumulator(), ENV, PARAMS, key, 10, reset_on_done=False)
+    fitness, summary = rollout(key, Accumulator(), ENV, PARAMS, 10, reset_on_done=False)
+    trajectory = record(key, Accumulator(), ENV, PARAMS, 10, reset_on_done=False)
     assert int(summary["steps"]) == 3 and int(summary["num_episodes"]) == 1
     assert int(summary["steps_alive"]) == 3
     np.testing.assert_allclose(fitness, np.sum(trajectory.rewards[:3]), rtol=1e-6)
@@ -143,7 +143,7 @@ def test_record_follows_the_documented_key_schedule(key):
         noises.append(float(state.noise))
         if bool(done):
             obs, state = ENV.reset(jr.fold_in(reset_keys, t), PARAMS)
-    trajectory = record(policy, ENV, PARAMS, key, num_steps)
+    trajectory = record(key, policy, ENV, PARAMS, num_steps)
     np.testing.assert_allclose(trajectory.rewards, rewards, rtol=1e-6)
     np.testing.assert_array_equal(trajectory.env_states.noise[1:], noises)
 
@@ -152,8 +152,8 @@ def test_rollout_equals_record_on_an_arena_env(key):
     env = Chemotaxis()
     policy = MLPPolicy(2, 2, 4, 1, key=key)
     params = env.default_params()
-    fitness, summary = rollout(policy, env, params, key, 30)
-    trajectory = record(policy, env, params, key, 30)
+    fitness, summary = rollout(key, policy, env, params, 30)
+    trajectory = record(key, policy, env, params, 30)
     assert tree_equal(summary, trajectory.summary)
     np.testing.assert_allclose(fitness, np.sum(trajectory.rewards), rtol=1e-5)
 
@@ -162,10 +162,10 @@ def test_rollout_equals_record_on_an_arena_env(key):
 def test_same_key_gives_bit_identical_fitness_and_summary(key):
     env = Chemotaxis()
     agent = RandomAgent(2)
-    a = rollout(agent, env, env.default_params(), key, 20)
-    b = rollout(agent, env, env.default_params(), key, 20)
+    a = rollout(key, agent, env, env.default_params(), 20)
+    b = rollout(key, agent, env, env.default_params(), 20)
     assert tree_equal(a, b)
-    c = rollout(agent, env, env.default_params(), jr.fold_in(key, 1), 20)
+    c = rollout(jr.fold_in(key, 1), agent, env, env.default_params(), 20)
     assert not tree_equal(a[0], c[0])
 
 
@@ -176,7 +176,7 @@ def test_rollout_memory_is_flat_in_the_lifetime_length(key):
 
     def compiled(num_steps):
         def run(dynamic, key):
-            return rollout(eqx.combine(dynamic, static), env, params, key, num_steps)
+            return rollout(key, eqx.combine(dynamic, static), env, params, num_steps)
 
         return jax.jit(run).lower(dynamic, key).compile()
 
@@ -187,7 +187,7 @@ def test_rollout_memory_is_flat_in_the_lifetime_length(key):
     assert long_mem.temp_size_in_bytes == short_mem.temp_size_in_bytes
     assert long_mem.output_size_in_bytes == short_mem.output_size_in_bytes
     # Nothing the rollout returns grows with T either.
-    out = jax.eval_shape(lambda: rollout(policy, env, params, key, 10_000))
+    out = jax.eval_shape(lambda: rollout(key, policy, env, params, 10_000))
     assert all(x.shape == () for x in jax.tree.leaves(out))
 
 
@@ -197,7 +197,7 @@ def test_rollout_compiles_once_across_keys_genomes_and_variants(key):
     @eqx.filter_jit
     @eqx.debug.assert_max_traces(max_traces=1)
     def run(policy, params, key):
-        return rollout(policy, env, params, key, 15)
+        return rollout(key, policy, env, params, 15)
 
     for i, scale in enumerate((0.5, 0.3, 0.8)):
         policy = MLPPolicy(2, 2, 4, 1, key=jr.fold_in(key, i))
@@ -210,9 +210,9 @@ def test_rollout_compiles_once_across_keys_genomes_and_variants(key):
 def test_rollout_is_an_eqxevo_fitness_function_with_aux(key):
     strategy = eqxevo.Strategy("snes", Linear(key), 4, maximize=True)
     result = eqxevo.evolve(
-        strategy,
-        lambda genome, k: rollout(genome, ENV, PARAMS, k, 10),
         key,
+        strategy,
+        lambda genome, k: rollout(k, genome, ENV, PARAMS, 10),
         num_generations=2,
     )
     aux = result.history["aux"]
@@ -224,7 +224,7 @@ def test_rollout_is_an_eqxevo_fitness_function_with_aux(key):
 def test_num_steps_must_be_a_positive_int(key, num_steps):
     # beartype rejects a float before the function runs; the function names it.
     with pytest.raises((ValueError, TypeError), match="num_steps"):
-        rollout(Accumulator(), ENV, PARAMS, key, num_steps)
+        rollout(key, Accumulator(), ENV, PARAMS, num_steps)
 
 
 def test_info_entries_must_be_scalars(key):
@@ -234,12 +234,12 @@ def test_info_entries_must_be_scalars(key):
             return (*out[:4], {"bad": jnp.zeros(3)})
 
     with pytest.raises(ValueError, match="bad"):
-        rollout(Accumulator(), VectorInfo(), PARAMS, key, 3)
+        rollout(key, Accumulator(), VectorInfo(), PARAMS, 3)
 
 
 @given(num_steps=st.integers(1, 9), episode=st.integers(1, 4))
 def test_episode_counts_match_the_episode_length(num_steps, episode):
     params = CounterParams(jnp.asarray(episode, jnp.int32))
-    _, summary = rollout(Accumulator(), ENV, params, jr.key(0), num_steps)
+    _, summary = rollout(jr.key(0), Accumulator(), ENV, params, num_steps)
     assert int(summary["num_episodes"]) == num_steps // episode
     assert int(summary["steps_alive"]) == min(episode, num_steps)

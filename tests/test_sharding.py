@@ -181,7 +181,7 @@ def test_use_cpu_devices_refuses_once_jax_has_started():
 def test_evolve_rejects_a_mesh_that_is_not_a_mesh(key):
     strategy = eqxevo.Strategy("snes", Net(key=jr.key(0)), 4)
     with pytest.raises(TypeError, match="mesh"):
-        eqxevo.evolve(strategy, sphere, key, num_generations=1, mesh="cpu")  # type: ignore[arg-type]
+        eqxevo.evolve(key, strategy, sphere, num_generations=1, mesh="cpu")  # type: ignore[arg-type]
 
 
 def test_importing_eqxevo_leaves_jax_unstarted():

@@ -74,7 +74,7 @@ def test_same_key_gives_identical_population_and_state(algorithm, seed):
         k_init, k_ask, k_tell, k_ask2 = jr.split(jr.key(seed), 4)
         state = strategy.init(k_init)
         population, state = strategy.ask(k_ask, state)
-        fitness, _ = eqxevo.evaluate(sphere, population, k_ask)
+        fitness, _ = eqxevo.evaluate(k_ask, sphere, population)
         state, _ = strategy.tell(k_tell, population, fitness, state)
         population, state = strategy.ask(k_ask2, state)
         return population, state
@@ -149,7 +149,7 @@ def test_every_evosax_algorithm_runs_three_generations(name):
     kwargs = {"num_populations": 2} if family_of(algorithms[name]) == "stein" else {}
     strategy = Strategy(name, net, 8, maximize=True, **kwargs)
     result = eqxevo.evolve(
-        strategy, lambda g, k: -sphere(g, k), jr.key(1), num_generations=3
+        jr.key(1), strategy, lambda g, k: -sphere(g, k), num_generations=3
     )
     assert result.history["best"].shape == (3,)
     assert np.isfinite(result.history["best"]).all()
@@ -172,7 +172,7 @@ def test_init_ask_tell_work_under_jit_vmap_and_scan(key):
     def generation(state, gen_key):
         ask_key, eval_key, tell_key = jr.split(gen_key, 3)
         population, state = strategy.ask(ask_key, state)
-        fitness, _ = eqxevo.evaluate(sphere, population, eval_key)
+        fitness, _ = eqxevo.evaluate(eval_key, sphere, population)
         state, metrics = strategy.tell(tell_key, population, fitness, state)
         return state, metrics["best"]
 
@@ -192,8 +192,8 @@ def test_maximize_f_equals_minimize_negative_f(key):
     up = Strategy("sep_cma_es", net, 8, maximize=True)
     down = Strategy("sep_cma_es", net, 8, maximize=False)
     f = lambda g, k: -sphere(g, k) + 0.3 * jr.normal(k, ())
-    r_up = eqxevo.evolve(up, f, key, num_generations=4)
-    r_down = eqxevo.evolve(down, lambda g, k: -f(g, k), key, num_generations=4)
+    r_up = eqxevo.evolve(key, up, f, num_generations=4)
+    r_down = eqxevo.evolve(key, down, lambda g, k: -f(g, k), num_generations=4)
     assert tree_equal(r_up.state, r_down.state)
     np.testing.assert_array_equal(r_up.history["best"], -r_down.history["best"])
     np.testing.assert_array_equal(r_up.history["max"], -r_down.history["min"])

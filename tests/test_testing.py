@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 
 from eqxevo import testing
-from eqxevo.baselines import (
+from eqxevo.agents import (
     BraitenbergAgent,
     ForagerAgent,
     RandomAgent,

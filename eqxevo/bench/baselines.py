@@ -69,7 +69,7 @@ def python_step_loop(
     _, wall, _ = time_call(run, repeats=1)
     totals = run()
     expected = [
-        rollout(_genome(population, i), env, env_params, jr.fold_in(key, i), num_steps)[
+        rollout(jr.fold_in(key, i), _genome(population, i), env, env_params, num_steps)[
             0
         ]
         for i in range(num_genomes)
@@ -97,7 +97,7 @@ def python_scan_loop(
 
     @eqx.filter_jit
     def lifetime(genome: Any, k: jax.Array) -> jax.Array:
-        return rollout(genome, env, env_params, k, num_steps)[0]
+        return rollout(k, genome, env, env_params, num_steps)[0]
 
     def run() -> list[jax.Array]:
         return [

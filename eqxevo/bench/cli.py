@@ -180,7 +180,7 @@ def _profile(args: argparse.Namespace, name: str) -> None:
 
     def call() -> Any:
         return evolve(
-            built.strategy, built.fitness, built.key, num_generations=2, chunk_size=2
+            built.key, built.strategy, built.fitness, num_generations=2, chunk_size=2
         ).best_fitness
 
     jax.block_until_ready(call())  # compile outside the trace

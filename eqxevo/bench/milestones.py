@@ -92,9 +92,9 @@ def time_evolve(
 
     def call() -> Any:
         result = evolve(
+            built.key,
             built.strategy,
             built.fitness,
-            built.key,
             num_generations=num_generations,
             chunk_size=num_generations,
             mesh=mesh,
@@ -120,7 +120,7 @@ def evaluation_bytes(built: Built) -> dict[str, int] | None:
     population = sample_population(built)
     return program_bytes(
         lambda pop, key: evaluate(
-            built.fitness, pop, key, filter_spec=strategy.filter_spec
+            key, built.fitness, pop, filter_spec=strategy.filter_spec
         )[0],
         population,
         jr.key(2),
@@ -309,24 +309,24 @@ def l0_breakdown(*, quick: bool = False, repeats: int = 3) -> list[dict[str, Any
         (
             "rollout, L0 network",
             population,
-            lambda g, k: rollout(g, env, params, k, t)[0],
+            lambda g, k: rollout(k, g, env, params, t)[0],
         ),
         ("network alone", population, network_only),
         ("environment alone (scan of step)", trivial, env_only),
         (
             "rollout, trivial policy, auto-reset",
             trivial,
-            lambda g, k: rollout(g, env, params, k, t)[0],
+            lambda g, k: rollout(k, g, env, params, t)[0],
         ),
         (
             "rollout, trivial policy, no reset",
             trivial,
-            lambda g, k: rollout(g, env, params, k, t, reset_on_done=False)[0],
+            lambda g, k: rollout(k, g, env, params, t, reset_on_done=False)[0],
         ),
     ]
     rows = []
     for name, pop, fn in variants:
-        run = eqx.filter_jit(lambda pop, key, fn=fn: evaluate(fn, pop, key)[0])
+        run = eqx.filter_jit(lambda pop, key, fn=fn: evaluate(key, fn, pop)[0])
         _, wall, _ = time_call(lambda pop=pop, run=run: run(pop, jr.key(2)), repeats)
         rows.append(
             {

@@ -140,7 +140,7 @@ def layout_throughput(
         return _echo_rollout(genome, genome_key, num_steps)
 
     compile_s, wall, cpu = time_call(
-        lambda: evaluate(fitness, population, eval_key)[0], repeats
+        lambda: evaluate(eval_key, fitness, population)[0], repeats
     )
     work = population_size * num_steps
     return {

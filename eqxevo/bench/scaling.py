@@ -140,11 +140,11 @@ from eqxevo.bench.scaling import l0_table
 built = build(from_dict(l0_table(**json.loads(sys.argv[2]))))
 imported = time.perf_counter() - start
 t0 = time.perf_counter()
-r = evolve(built.strategy, built.fitness, built.key, num_generations=1, chunk_size=1)
+r = evolve(built.key, built.strategy, built.fitness, num_generations=1, chunk_size=1)
 jax.block_until_ready(r.best_fitness)
 first = time.perf_counter() - t0
 t0 = time.perf_counter()
-r = evolve(built.strategy, built.fitness, built.key, num_generations=1, chunk_size=1)
+r = evolve(built.key, built.strategy, built.fitness, num_generations=1, chunk_size=1)
 jax.block_until_ready(r.best_fitness)
 steady = time.perf_counter() - t0
 print(json.dumps({"import_s": imported, "first_generation_s": first,

@@ -4,7 +4,7 @@
   environments, with their params (`ChemotaxisParams`, ...).
 - `GymnaxEnv`: any gymnax environment by name (needs the `rl` extra; imported on
   first use).
-- `eqxevo.envs.render`: PNG pictures of a recorded lifetime.
+- Pictures of a recorded lifetime are drawn by `eqxevo.plots`.
 """
 
 from typing import Any

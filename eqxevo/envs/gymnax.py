@@ -2,7 +2,7 @@
 
     env = GymnaxEnv("CartPole-v1")
     policy = MLPPolicy(env.obs_size, env.action_size, key=key)
-    fitness, summary = eqxevo.rollout(policy, env, env.default_params(), key, 500,
+    fitness, summary = eqxevo.rollout(key, policy, env, env.default_params(), 500,
                                       reset_on_done=False)
 
 What the adapter does:

@@ -214,8 +214,8 @@ class LongHorizon(AbstractArenaEnv):
 
     Example:
         >>> env = LongHorizon()
-        >>> fitness, summary = eqxevo.rollout(policy, env, env.default_params(),
-        ...                                   jr.key(0), 20_000)
+        >>> fitness, summary = eqxevo.rollout(jr.key(0), policy, env,
+        ...                                   env.default_params(), 20_000)
     """
 
     patches_per_resource: int = eqx.field(static=True)

@@ -2,9 +2,8 @@ import io
 import json
 
 import numpy as np
-import pytest
 
-from eqxevo.logging import MetricsLog, Progress, history_records, plot_fitness
+from eqxevo.metrics import MetricsLog, Progress, history_records
 
 
 def chunk(generations, seeds=None):
@@ -72,11 +71,3 @@ def test_progress_quiet_prints_nothing():
     with Progress(10, 100, stream=out, quiet=True) as progress:
         progress.update(history_records(chunk([0])))
     assert out.getvalue() == ""
-
-
-@pytest.mark.parametrize("seeds", [None, 3])
-def test_plot_fitness_writes_a_png(tmp_path, seeds):
-    path = plot_fitness(
-        history_records(chunk(list(range(6)), seeds)), tmp_path / "f.png"
-    )
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from eqxevo import rollout
-from eqxevo.baselines import (
+from eqxevo.agents import (
     BraitenbergAgent,
     ForagerAgent,
     RandomAgent,
@@ -79,7 +79,7 @@ def mean_fitness(agent, env, key, num_steps, num_seeds=16, params=None):
     params = env.default_params() if params is None else params
     keys = jr.split(key, num_seeds)
     return jnp.mean(
-        jax.vmap(lambda k: rollout(agent, env, params, k, num_steps)[0])(keys)
+        jax.vmap(lambda k: rollout(k, agent, env, params, num_steps)[0])(keys)
     )
 
 

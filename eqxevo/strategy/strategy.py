@@ -5,26 +5,19 @@ flat vector per genome; `Strategy` converts between those vectors and the user's
 own module type (see `genome.GenomeLayout`), keeps the user's sign (`maximize`),
 keeps non-finite fitness out of the update, and tracks the best genome.
 
-Every evosax family works through the same four calls:
-
-- distribution-based (CMA-ES, SNES, OpenAI-ES, ...): evosax's `init(key, mean)`;
-- Stein-variational (SV_CMA_ES, SV_Open_ES): `num_populations` means, sampled
-  around the genome (the first one is the genome itself);
-- population-based (SimpleGA, DE, PSO, ...): `init` samples an initial population
-  around the genome (genome 0 is the genome itself, the others are
-  `genome + init_scale * N(0, I)`); the first `ask` returns that population and
-  the first `tell` hands it with its fitness to evosax's `init`, exactly as a raw
-  evosax user would. Later generations are evosax's `ask`/`tell`.
+Every evosax family works through the same calls; what differs between them
+(how evosax's state is made, asked and told) lives in one module per family:
+`distribution.py`, `population.py`, `stein.py`.
 
 `ask` and `tell` hand their key unchanged to evosax's `ask`/`tell`, so a run
 through `Strategy` follows raw evosax exactly given the same keys and fitness.
 """
 
 import dataclasses
-import functools
 import hashlib
 import inspect
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -32,63 +25,41 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
-from evosax.algorithms.base import EvolutionaryAlgorithm
 
-from ._types import (
+from .._types import (
     Array,
-    Fitness,
     FlatGenome,
-    FlatPopulation,
     Float,
     Genome,
-    IntScalar,
+    Int,
     Metrics,
     Population,
     PRNGKey,
     RawFitness,
-    Scalar,
 )
-from .evaluate import fitness_dtype, fitness_summary, rank_nonfinite_worst
-from .genome import GenomeLayout
-from .registry import Family, Resolved, family_of, resolve
+from ..fitness import fitness_dtype, fitness_summary, rank_nonfinite_worst
+from ..genome import GenomeLayout
+from ..registry import Family, Resolved, family_of, resolve
+from .base import (
+    AbstractFamily,
+    StrategyState,
+    standard_promotion,
+    state_signature,
+    strongly_typed,
+)
+from .distribution import DistributionFamily
+from .population import PopulationFamily
+from .stein import SteinFamily
 
+if TYPE_CHECKING:
+    from evosax.algorithms.base import EvolutionaryAlgorithm
 
-class StrategyState(eqx.Module):
-    """Everything a strategy carries between generations; a pytree.
-
-    Attributes:
-        inner: evosax's own state.
-        generation: number of completed `tell` calls.
-        best_flat: the best genome seen so far, flattened.
-        best_fitness: its fitness in evosax's sign (lower is better); +inf until
-            a finite fitness has been told.
-    """
-
-    inner: Any
-    generation: IntScalar
-    best_flat: FlatGenome
-    best_fitness: Scalar
-
-
-def _strongly_typed(tree: Any) -> Any:
-    """Drop weak types from evosax's state.
-
-    evosax's init and tell leave some leaves weakly typed (Python floats such as
-    jnp.inf, schedule outputs) and others not, varying by algorithm and call. A
-    state whose type never changes lets a user's jitted loop compile once.
-    """
-    return jtu.tree_map(lambda x: jnp.asarray(x, x.dtype), tree)
-
-
-def _standard_promotion(fn: Any) -> Any:
-    """Trace evosax under standard dtype promotion (it is not strict-clean)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with jax.numpy_dtype_promotion("standard"):
-            return fn(*args, **kwargs)
-
-    return wrapper
+FAMILIES: dict[str, AbstractFamily] = {
+    "distribution": DistributionFamily(),
+    "population": PopulationFamily(),
+    "stein": SteinFamily(),
+}
+"""The behaviour of each evosax family, by `registry.family_of` name."""
 
 
 class _Identity:
@@ -130,7 +101,7 @@ class _Algorithm:
 
     __slots__ = ("instance", "signature")
 
-    def __init__(self, instance: EvolutionaryAlgorithm, signature: Any):
+    def __init__(self, instance: "EvolutionaryAlgorithm", signature: Any):
         self.instance = instance
         self.signature = signature
 
@@ -141,10 +112,10 @@ class _Algorithm:
         return hash(self.signature)
 
 
-@_standard_promotion
+@standard_promotion
 def _build_algorithm(
     resolved: Resolved,
-    family: Family,
+    family: AbstractFamily,
     population_size: int,
     solution: FlatGenome,
     init_scale: float,
@@ -184,21 +155,7 @@ def _build_algorithm(
                 solution + init_scale * jr.normal(key, solution.shape, solution.dtype)
             ),
         )
-    evosax_size = population_size
-    if family == "stein":
-        num_populations = kwargs.get("num_populations")
-        if not isinstance(num_populations, int) or num_populations < 1:
-            raise ValueError(
-                f"{resolved.name} runs several sub-populations: pass "
-                "num_populations=<int >= 1> (e.g. Strategy('SV_CMA_ES', genome, 32, "
-                f"num_populations=4)); got num_populations={num_populations!r}"
-            )
-        if population_size % num_populations:
-            raise ValueError(
-                f"population_size={population_size} must be divisible by "
-                f"num_populations={num_populations} for {resolved.name}"
-            )
-        evosax_size = population_size // num_populations
+    evosax_size = family.evosax_size(resolved.name, population_size, kwargs)
     signature = (
         resolved.cls,
         evosax_size,
@@ -220,8 +177,8 @@ def _build_algorithm(
         ) from err
 
 
-@_standard_promotion
-def _apply_params(algorithm: EvolutionaryAlgorithm, name: str, overrides: Any) -> Any:
+@standard_promotion
+def _apply_params(algorithm: "EvolutionaryAlgorithm", name: str, overrides: Any) -> Any:
     defaults = algorithm.default_params
     if overrides is None:
         return defaults
@@ -241,6 +198,22 @@ def _apply_params(algorithm: EvolutionaryAlgorithm, name: str, overrides: Any) -
     return defaults.replace(**overrides)
 
 
+def _check_params(name: str, params: Any) -> None:
+    """Raise a clear error for a NaN parameter, or a `std_init` not finite and > 0."""
+    for field in dataclasses.fields(params):
+        value = getattr(params, field.name)
+        array = np.asarray(value)
+        if array.dtype.kind not in "fi" or array.size == 0:
+            continue
+        if array.dtype.kind == "f" and np.isnan(array).any():
+            raise ValueError(f"params.{field.name} = {value!r} for {name} is NaN")
+        if field.name == "std_init" and not (np.isfinite(array) & (array > 0)).all():
+            raise ValueError(
+                f"params.{field.name} = {value!r} for {name} must be finite and "
+                "> 0 (a standard deviation)"
+            )
+
+
 class Strategy(eqx.Module):
     """An evosax algorithm over populations of one Equinox module type.
 
@@ -251,16 +224,18 @@ class Strategy(eqx.Module):
             `EvolutionaryAlgorithm`.
         genome: the initial genome: any Equinox module (or pytree). Its evolvable
             leaves are `eqx.filter(genome, filter_spec)`; the rest is shared.
-        population_size: P, a Python int.
+        population_size: P, a Python int (>= 1; some algorithms need more, or an
+            even number: a clear error says so).
         maximize: if True the user's fitness is maximised (evosax minimises; the
             sign flip is internal and every metric is in the user's sign).
         filter_spec: selects the evolvable leaves (default `eqx.is_inexact_array`).
         params: overrides of the algorithm's evosax `Params` (a dict of fields, or
-            a whole `Params`); applied over the preset's `[params]`.
+            a whole `Params`); applied over the preset's `[params]`. Parameters
+            must not be NaN, and `std_init` must be finite and > 0.
         init_scale: standard deviation of the Gaussian around `genome` from which
             population-based algorithms draw their initial population,
             Stein-variational ones their sub-population means, and RandomSearch
-            its samples (unless given `sampling_fn`). Default 0.1.
+            its samples (unless given `sampling_fn`). Finite and > 0; default 0.1.
         **algorithm_kwargs: extra constructor arguments for the evosax class
             (e.g. `optimizer=optax.adam(1e-2)`, `num_populations=4`); they
             override a preset's `[kwargs]`.
@@ -281,6 +256,7 @@ class Strategy(eqx.Module):
     init_scale: float = eqx.field(static=True)
     family: Family = eqx.field(static=True)
     name: str = eqx.field(static=True)
+    _state_signature: Any = eqx.field(static=True)
 
     def __init__(
         self,
@@ -303,8 +279,15 @@ class Strategy(eqx.Module):
                 "population_size must be a positive Python int; "
                 f"got {population_size!r}"
             )
-        if not init_scale > 0:
-            raise ValueError(f"init_scale must be > 0; got {init_scale!r}")
+        if (
+            not isinstance(init_scale, int | float)
+            or isinstance(init_scale, bool)
+            or not math.isfinite(init_scale)
+            or init_scale <= 0
+        ):
+            raise ValueError(
+                f"init_scale must be a finite number > 0; got {init_scale!r}"
+            )
         resolved = resolve(algorithm)
         family = family_of(resolved.cls)
         layout = GenomeLayout.from_genome(genome, filter_spec)
@@ -337,7 +320,7 @@ class Strategy(eqx.Module):
             }
             algorithm = _build_algorithm(
                 resolved,
-                family,
+                FAMILIES[family],
                 population_size,
                 initial_flat,
                 init_scale,
@@ -353,6 +336,7 @@ class Strategy(eqx.Module):
         self.params = (
             base if params is None else _apply_params(instance, resolved.name, params)
         )
+        _check_params(resolved.name, self.params)
         self._algorithm = algorithm
         self.layout = layout
         self.initial_flat = initial_flat
@@ -361,18 +345,23 @@ class Strategy(eqx.Module):
         self.init_scale = float(init_scale)
         self.family = family
         self.name = resolved.name
-        self._check_population_size()
+        self._state_signature = None
+        self._state_signature = self._check_population_size()
 
     # -- construction-time checks -----------------------------------------------
 
-    def _check_population_size(self) -> None:
-        """Trace one ask (no compilation) to catch sizes the algorithm rejects."""
+    def _check_population_size(self) -> Any:
+        """Trace init and one ask (no compilation) to catch sizes the algorithm
+        rejects; returns the state's signature."""
         try:
-            flat_shape = eqx.filter_eval_shape(
-                lambda: self._evosax_ask(
-                    jr.key(0), self.init(jr.key(0)).inner, jnp.int32(1)
-                )[0]
-            )
+            state = eqx.filter_eval_shape(self._init, jr.key(0))
+
+            @standard_promotion
+            def ask_once() -> Array:
+                inner = self._init(jr.key(0)).inner
+                return self._behaviour.ask(self, jr.key(0), inner, jnp.int32(1))[0]
+
+            flat_shape = eqx.filter_eval_shape(ask_once)
             size = flat_shape.shape[0]
         except Exception as err:  # evosax raises many kinds at trace time
             raise ValueError(
@@ -387,13 +376,56 @@ class Strategy(eqx.Module):
                 f"population_size={self.population_size} is rejected by {self.name}: "
                 f"it produces {size} genomes per generation.{hint}"
             )
+        return state_signature(state)
+
+    def check_state(self, state: Any, batch_shape: tuple[int, ...] = ()) -> None:
+        """Raise a clear error unless `state` was made by a strategy like this one.
+
+        Arguments:
+            state: a `StrategyState` (or anything handed over as one).
+            batch_shape: leading axes every leaf carries (`(K,)` for K seeds).
+        """
+        if not isinstance(state, StrategyState):
+            raise TypeError(
+                f"state: expected a StrategyState (from strategy.init or "
+                f"EvolveResult.state); got {type(state).__name__}"
+            )
+        treedef, leaves = self._state_signature
+        got_treedef, got_leaves = state_signature(state)
+        problem = None
+        if got_treedef != treedef:
+            problem = "its structure differs (another algorithm?)"
+        else:
+            paths = [jtu.keystr(p) for p, _ in jtu.tree_flatten_with_path(state)[0]]
+            for path, (shape, dtype), (got_shape, got_dtype) in zip(
+                paths, leaves, got_leaves, strict=True
+            ):
+                want = (*batch_shape, *shape)
+                if got_shape != want or got_dtype != dtype:
+                    problem = (
+                        f"state{path} is {got_dtype}{list(got_shape)}, expected "
+                        f"{dtype}{list(want)}"
+                    )
+                    break
+        if problem is not None:
+            seeds = f", {batch_shape[0]} seeds" if batch_shape else ""
+            raise ValueError(
+                f"state: it was not made by this strategy ({self.name}, "
+                f"population_size={self.population_size}, "
+                f"{self.layout.num_params} parameters{seeds}): {problem}. Hand "
+                "over a state of this same strategy."
+            )
 
     # -- properties ---------------------------------------------------------------
 
     @property
-    def algorithm(self) -> EvolutionaryAlgorithm:
+    def algorithm(self) -> "EvolutionaryAlgorithm":
         """The evosax instance."""
         return self._algorithm.instance
+
+    @property
+    def _behaviour(self) -> AbstractFamily:
+        return FAMILIES[self.family]
 
     @property
     def filter_spec(self) -> Any:
@@ -406,8 +438,11 @@ class Strategy(eqx.Module):
         return self.layout.num_params
 
     @property
-    def _num_subpopulations(self) -> int:
-        return int(getattr(self.algorithm, "num_populations", 1))
+    def episode_ids(self) -> Int[Array, " pop"]:
+        """Episode id per genome for per-genome episodes: mirrored (antithetic)
+        pairs share one, so both members of a pair play the same episodes
+        (`evaluate(..., episodes=strategy.episode_ids)`)."""
+        return jnp.asarray(self._behaviour.episode_ids(self))
 
     # -- sign ---------------------------------------------------------------------
 
@@ -417,27 +452,17 @@ class Strategy(eqx.Module):
     def _to_user(self, fitness: Array) -> Array:
         return -fitness if self.maximize else fitness
 
-    # -- ask / tell ---------------------------------------------------------------
+    # -- init / ask / tell -----------------------------------------------------------
 
-    @_standard_promotion
-    def _evosax_init(self, key: PRNGKey) -> Any:
-        if self.family == "distribution":
-            return self.algorithm.init(key, self.initial_flat, self.params)
-        sample_key, init_key = jr.split(key)
-        count = (
-            self._num_subpopulations if self.family == "stein" else self.population_size
+    @standard_promotion
+    def _init(self, key: PRNGKey) -> StrategyState:
+        inner = strongly_typed(self._behaviour.init(self, key))
+        return StrategyState(
+            inner=inner,
+            generation=jnp.zeros((), jnp.int32),
+            best_flat=self.initial_flat,
+            best_fitness=jnp.asarray(jnp.inf, fitness_dtype(self.layout.dtype)),
         )
-        noise = jr.normal(
-            sample_key, (count, self.layout.num_params), self.layout.dtype
-        )
-        noise = noise.at[0].set(0.0)
-        points = self.initial_flat + self.init_scale * noise
-        if self.family == "stein":
-            return self.algorithm.init(init_key, points, self.params)
-        # A container holding the initial population; evosax's real `init` runs on
-        # the first tell, once the population's fitness is known.
-        placeholder = jnp.full((count,), jnp.inf, self.layout.dtype)
-        return self.algorithm.init(init_key, points, placeholder, self.params)
 
     @eqx.filter_jit
     def init(self, key: PRNGKey) -> StrategyState:
@@ -448,29 +473,7 @@ class Strategy(eqx.Module):
                 population-based and Stein-variational ones it is split into a
                 sampling key and evosax's `init` key.
         """
-        inner = _strongly_typed(self._evosax_init(key))
-        return StrategyState(
-            inner=inner,
-            generation=jnp.zeros((), jnp.int32),
-            best_flat=self.initial_flat,
-            best_fitness=jnp.asarray(jnp.inf, fitness_dtype(self.layout.dtype)),
-        )
-
-    @_standard_promotion
-    def _evosax_ask(
-        self, key: PRNGKey, inner: Any, generation: Array
-    ) -> tuple[Array, Any]:
-        algorithm, params = self.algorithm, self.params
-        if self.family != "population":
-            return algorithm.ask(key, inner, params)
-
-        def first(inner: Any) -> tuple[Array, Any]:
-            return inner.population, inner
-
-        def later(inner: Any) -> tuple[Array, Any]:
-            return algorithm.ask(key, inner, params)
-
-        return jax.lax.cond(generation == 0, first, later, inner)
+        return self._init(key)
 
     @eqx.filter_jit
     def ask(
@@ -486,32 +489,13 @@ class Strategy(eqx.Module):
             `(population, state)`: the genome type with a leading axis P on every
             evolvable leaf (static leaves shared, not copied), and the new state.
         """
-        flat, inner = self._evosax_ask(key, state.inner, state.generation)
-        inner = _strongly_typed(inner)
+        self.check_state(state)
+        with jax.numpy_dtype_promotion("standard"):
+            flat, inner = self._behaviour.ask(self, key, state.inner, state.generation)
+        inner = strongly_typed(inner)
         flat = jnp.reshape(flat, (self.population_size, self.layout.num_params))
         population = self.layout.unflatten_population(flat)
         return population, dataclasses.replace(state, inner=inner)
-
-    @_standard_promotion
-    def _evosax_tell(
-        self, key: PRNGKey, flat: FlatPopulation, fitness: Fitness, state: StrategyState
-    ) -> Any:
-        algorithm, params, inner = self.algorithm, self.params, state.inner
-        if self.family == "distribution":
-            return algorithm.tell(key, flat, fitness, inner, params)[0]
-        if self.family == "stein":
-            grouped = jnp.reshape(
-                flat, (self._num_subpopulations, algorithm.population_size, -1)
-            )
-            return algorithm.tell(key, grouped, fitness, inner, params)[0]
-
-        def first(inner: Any) -> Any:
-            return algorithm.init(key, flat, fitness, params)
-
-        def later(inner: Any) -> Any:
-            return algorithm.tell(key, flat, fitness, inner, params)[0]
-
-        return jax.lax.cond(state.generation == 0, first, later, inner)
 
     def _check_fitness(self, fitness: Any) -> Array:
         fitness = jnp.asarray(fitness)
@@ -544,7 +528,8 @@ class Strategy(eqx.Module):
         """Update the strategy with the population's fitness.
 
         Non-finite fitness never reaches evosax: such genomes get a finite value
-        worse than every finite one (see `rank_nonfinite_worst`) and are counted.
+        worse than every finite one (see `fitness.rank_nonfinite_worst`) and are
+        counted.
 
         Arguments:
             key: handed unchanged to evosax's `tell` (its `init` on a
@@ -558,16 +543,20 @@ class Strategy(eqx.Module):
             `mean`, `std`, `min`, `max` of this generation's finite fitness,
             `num_nonfinite`, and `best_so_far`.
         """
+        self.check_state(state)
         flat = self.layout.flatten_population(population, self.population_size)
         fitness = self._check_fitness(fitness)
         internal = self._to_evosax(fitness)
-        reference = None
-        if self.family == "population":
-            reference = jnp.where(
-                state.generation == 0, jnp.inf, state.inner.fitness
-            ).astype(internal.dtype)
+        behaviour = self._behaviour
+        reference = behaviour.reference(self, state.inner, state.generation)
+        if reference is not None:
+            reference = reference.astype(internal.dtype)
         clean, nonfinite = rank_nonfinite_worst(internal, reference)
-        inner = _strongly_typed(self._evosax_tell(key, flat, clean, state))
+        with jax.numpy_dtype_promotion("standard"):
+            inner = behaviour.tell(
+                self, key, flat, clean, state.inner, state.generation
+            )
+        inner = strongly_typed(inner)
         # Archive from the true fitness: a failed genome never becomes the best.
         archive = jnp.where(nonfinite, jnp.inf, internal).astype(
             state.best_fitness.dtype
@@ -605,11 +594,15 @@ class Strategy(eqx.Module):
         Raises:
             TypeError: population-based algorithms have no mean.
         """
-        if self.family == "population":
-            raise TypeError(
-                f"{self.name} is population-based and has no search mean; use "
-                "strategy.best(state)"
-            )
-        if self.family == "stein":
-            return self.layout.unflatten_population(state.inner.mean)
-        return self.layout.unflatten(state.inner.mean)
+        flat = self._behaviour.mean(self, state.inner)
+        if flat.ndim == 2:
+            return self.layout.unflatten_population(flat)
+        return self.layout.unflatten(flat)
+
+    @property
+    def has_mean(self) -> bool:
+        """Whether the algorithm has a search mean (`mean` works)."""
+        return self.family != "population"
+
+
+__all__ = ["FAMILIES", "Strategy", "StrategyState"]

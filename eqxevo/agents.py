@@ -1,0 +1,233 @@
+"""Reference agents: the baselines evolved agents must beat.
+
+Every agent is an `AbstractPolicy`, so `rollout`, `evaluate` and the testing kit
+treat them like any evolved network:
+
+- `RandomAgent`: motor commands uniform in [-1, 1], independently every step.
+- `BraitenbergAgent`: Braitenberg's vehicle 2b ("aggression": crossed
+  excitatory connections) for chemotaxis on two sensors; it turns toward the
+  stronger reading at a constant base speed. The arena's sensors are
+  logarithmic, so the difference of the two readings is the field's relative
+  contrast and the steering does not fade with distance from the source.
+- `ForagerAgent`: a homeostatic Braitenberg vehicle for `Foraging` (L2): the
+  contrast of every field, weighted by how far that reserve sits below its
+  setpoint (negative weights repel from a resource that is over-full).
+- `TasteLearnerAgent`: a forager for `LongHorizon` (L4) that learns within its
+  lifetime which resource nourishes, from the taste signal; with
+  `learning_rate=0` it is a fixed reflex (always seeking A), the reference a
+  plastic agent must beat on L4.
+
+Braitenberg, V. (1984). Vehicles: Experiments in Synthetic Psychology. MIT Press.
+
+Their fitness on L0 and L2 is documented in docs/environments.md
+(`python scripts/baselines.py` recomputes it).
+"""
+
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.random as jr
+
+from ._types import Array, Float, PRNGKey, Scalar
+from .nets.base import AbstractPolicy
+
+_EPS = 1e-6
+
+
+def _check_size(name: str, value: Any, minimum: int = 1) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
+    return value
+
+
+class RandomAgent(AbstractPolicy):
+    """Uniform random motor commands in [-1, 1]; its lifetime state is a key.
+
+    Arguments:
+        obs_size: size of the observation it ignores.
+        action_size: number of commands.
+    """
+
+    obs_size: int = eqx.field(static=True)
+    action_size: int = eqx.field(static=True)
+
+    def __init__(self, obs_size: int, action_size: int = 2):
+        self.obs_size = _check_size("obs_size", obs_size)
+        self.action_size = _check_size("action_size", action_size)
+
+    def initial_state(self, key: PRNGKey) -> PRNGKey:
+        return key
+
+    def __call__(
+        self, obs: Float[Array, " obs"], state: PRNGKey
+    ) -> tuple[Float[Array, " action"], PRNGKey]:
+        del obs
+        next_key, action_key = jr.split(state)
+        action = jr.uniform(action_key, (self.action_size,), jnp.float32, -1.0, 1.0)
+        return action, next_key
+
+
+def _motors(base_speed: Scalar, steer: Array) -> Float[Array, "2"]:
+    return jnp.clip(jnp.stack([base_speed + steer, base_speed - steer]), -1.0, 1.0)
+
+
+class BraitenbergAgent(AbstractPolicy):
+    """Braitenberg vehicle 2b on the first two observations (left, right sensor).
+
+    Motor commands: `left = base_speed + gain * c`, `right = base_speed - gain
+    * c`, clipped to [-1, 1], with `c = right - left` (log readings: the
+    relative contrast): the wheel on the weaker side runs faster, turning the
+    body toward the stronger reading. `gain` and `base_speed` are arrays, so
+    the agent is itself a (two-parameter) genome.
+
+    Arguments:
+        obs_size: observation size (>= 2); observations 0 and 1 are the left and
+            right readings of the field to climb.
+        gain: steering gain (default: the best of a grid on L0, see
+            `scripts/baselines.py`).
+        base_speed: forward command, in [-1, 1] (default: likewise tuned).
+    """
+
+    gain: Float[Array, ""]
+    base_speed: Float[Array, ""]
+    obs_size: int = eqx.field(static=True)
+    action_size: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        obs_size: int = 2,
+        gain: float | int = 12.0,
+        base_speed: float | int = 0.5,
+    ):
+        self.obs_size = _check_size("obs_size", obs_size, 2)
+        self.action_size = 2
+        self.gain = jnp.asarray(gain, jnp.float32)
+        self.base_speed = jnp.asarray(base_speed, jnp.float32)
+
+    def initial_state(self, key: PRNGKey) -> None:
+        del key
+        return None
+
+    def __call__(
+        self, obs: Float[Array, " obs"], state: None
+    ) -> tuple[Float[Array, " action"], None]:
+        steer = self.gain * (obs[1] - obs[0])
+        return _motors(self.base_speed, steer), state
+
+
+class ForagerAgent(AbstractPolicy):
+    """A homeostatic Braitenberg vehicle for `Foraging` with K resources.
+
+    It reads `Foraging`'s observation layout (K pairs of left/right readings,
+    then the K reserves relative to the setpoint). Each reserve's need is
+    `-(reserve - setpoint)`; the steering is `gain * sum_k need_k * c_k /
+    max_k |need_k|`, with `c_k` the contrast of field k (right minus left log
+    reading), so it heads for what it
+    lacks most and turns away from what it has too much of.
+
+    Arguments:
+        num_resources: K (>= 1).
+        gain: steering gain (default: the best of a grid on L2, see
+            `scripts/baselines.py`).
+        base_speed: forward command, in [-1, 1] (default: likewise tuned).
+    """
+
+    gain: Float[Array, ""]
+    base_speed: Float[Array, ""]
+    num_resources: int = eqx.field(static=True)
+    obs_size: int = eqx.field(static=True)
+    action_size: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        num_resources: int = 2,
+        gain: float | int = 4.0,
+        base_speed: float | int = 1.0,
+    ):
+        self.num_resources = _check_size("num_resources", num_resources)
+        self.obs_size = 3 * num_resources
+        self.action_size = 2
+        self.gain = jnp.asarray(gain, jnp.float32)
+        self.base_speed = jnp.asarray(base_speed, jnp.float32)
+
+    def initial_state(self, key: PRNGKey) -> None:
+        del key
+        return None
+
+    def __call__(
+        self, obs: Float[Array, " obs"], state: None
+    ) -> tuple[Float[Array, " action"], None]:
+        k = self.num_resources
+        readings = obs[: 2 * k].reshape(k, 2)
+        need = -obs[2 * k :]
+        contrast = readings[:, 1] - readings[:, 0]
+        weight = need / (jnp.max(jnp.abs(need)) + _EPS)
+        steer = self.gain * jnp.sum(weight * contrast)
+        return _motors(self.base_speed, steer), state
+
+
+class TasteLearnerAgent(AbstractPolicy):
+    """A forager for `LongHorizon` that learns which resource nourishes.
+
+    Its lifetime state is a belief `b` in [-1, 1] (+1: A nourishes, -1: B
+    does). After every step it credits the taste to the resource it is closer
+    to: `b <- clip(b + learning_rate * taste * tanh(a), -1, 1)`, with `a` the
+    mean log reading of A minus that of B. It steers like `ForagerAgent`: toward
+    the resource it believes nourishing while its energy is below the setpoint,
+    away from it above, and always away from the other, weighting the two
+    contrasts by the belief.
+
+    Arguments:
+        learning_rate: belief change per unit of taste (0: no learning; the
+            default is the best of a grid on L4, see `scripts/baselines.py`).
+        initial_belief: belief at birth (+1: A nourishes; 0: undecided).
+        gain: steering gain (default: the L2 forager's).
+        base_speed: forward command, in [-1, 1] (default: the L2 forager's).
+    """
+
+    learning_rate: Float[Array, ""]
+    initial_belief: Float[Array, ""]
+    gain: Float[Array, ""]
+    base_speed: Float[Array, ""]
+    obs_size: int = eqx.field(static=True)
+    action_size: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        learning_rate: float | int = 0.5,
+        initial_belief: float | int = 0.0,
+        gain: float | int = 4.0,
+        base_speed: float | int = 1.0,
+    ):
+        self.obs_size = 6
+        self.action_size = 2
+        self.learning_rate = jnp.asarray(learning_rate, jnp.float32)
+        self.initial_belief = jnp.asarray(initial_belief, jnp.float32)
+        self.gain = jnp.asarray(gain, jnp.float32)
+        self.base_speed = jnp.asarray(base_speed, jnp.float32)
+
+    def initial_state(self, key: PRNGKey) -> Float[Array, ""]:
+        del key
+        return self.initial_belief
+
+    def __call__(
+        self, obs: Float[Array, " obs"], state: Float[Array, ""]
+    ) -> tuple[Float[Array, " action"], Float[Array, ""]]:
+        a_left, a_right, b_left, b_right, energy, taste = obs
+        closer_to_a = jnp.tanh(0.5 * (a_left + a_right) - 0.5 * (b_left + b_right))
+        belief = jnp.clip(state + self.learning_rate * taste * closer_to_a, -1.0, 1.0)
+        need = -energy  # energy relative to the setpoint: > 0 is hungry
+        scale = jnp.maximum(jnp.abs(need), _EPS)
+        # Approach what nourishes (avoid it when full); shun what harms, less
+        # strongly, so an undecided agent (b = 0) still explores both.
+        good, bad = need / scale, -0.5
+        weight_a = 0.5 * (1 + belief) * good + 0.5 * (1 - belief) * bad
+        weight_b = 0.5 * (1 - belief) * good + 0.5 * (1 + belief) * bad
+        steer = self.gain * (
+            weight_a * (a_right - a_left) + weight_b * (b_right - b_left)
+        )
+        return _motors(self.base_speed, 0.5 * steer), belief
+
+
+__all__ = ["BraitenbergAgent", "ForagerAgent", "RandomAgent", "TasteLearnerAgent"]

@@ -1,0 +1,92 @@
+"""Fitness values: their dtype, non-finite ranking, and per-generation summaries.
+
+A generation's fitness is one float per genome. Non-finite values (NaN, +-inf,
+from a diverging rollout say) must never reach an evosax update:
+`rank_nonfinite_worst` gives them a finite value strictly worse than every
+finite one, without overflowing, and `fitness_summary` reports the finite
+values and counts the others.
+"""
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from ._types import Array, Bool, Float, Int, Metrics
+
+
+def fitness_dtype(dtype: Any) -> Any:
+    """Fitness is float32, or float64 when it arrives as float64 (x64 mode)."""
+    return jnp.dtype(jnp.float64 if dtype == jnp.float64 else jnp.float32)
+
+
+def rank_nonfinite_worst(
+    fitness: Float[Array, " pop"],
+    reference: Float[Array, " ref"] | None = None,
+) -> tuple[Float[Array, " pop"], Bool[Array, " pop"]]:
+    """Replace non-finite fitness by a finite value worse than every finite one.
+
+    Fitness here is in evosax's sign (lower is better). The replacement is
+    `worst + spread + 1`, where `worst` and `spread` are the largest value and
+    the range of the finite values in `fitness` and `reference` (a
+    population-based strategy's stored fitness, so a failed genome can never
+    displace a stored one). It is raised to at least the next float above
+    `worst`, so it is strictly worse even where `+ 1` is below the float's
+    resolution, and capped at the largest finite float, so it never overflows
+    to inf. Only when `worst` is itself the largest finite float does the
+    replacement tie with it. When no value is finite every genome gets 0.
+
+    Returns:
+        `(clean_fitness, nonfinite_mask)`.
+    """
+    nonfinite = ~jnp.isfinite(fitness)
+    pool = fitness if reference is None else jnp.concatenate([fitness, reference])
+    finite_pool = jnp.isfinite(pool)
+    any_finite = jnp.any(finite_pool)
+    worst = jnp.max(jnp.where(finite_pool, pool, -jnp.inf))
+    best = jnp.min(jnp.where(finite_pool, pool, jnp.inf))
+    largest = jnp.asarray(jnp.finfo(fitness.dtype).max, fitness.dtype)
+    # Finite extremes can overflow the sum (3e38 + 6e38): fall back to the cap.
+    candidate = worst + (worst - best) + 1.0
+    candidate = jnp.where(jnp.isfinite(candidate), candidate, largest)
+    above = jnp.nextafter(worst, jnp.asarray(jnp.inf, fitness.dtype))
+    replacement = jnp.minimum(jnp.maximum(candidate, above), largest)
+    replacement = jnp.where(any_finite, replacement, jnp.zeros((), fitness.dtype))
+    return jnp.where(nonfinite, replacement, fitness), nonfinite
+
+
+def fitness_summary(
+    fitness: Float[Array, " pop"], nonfinite: Bool[Array, " pop"], maximize: bool
+) -> Metrics:
+    """Per-generation scalars over the finite fitness values, in the user's sign.
+
+    Returns a dict with `best`, `mean`, `std`, `min`, `max` (NaN when no value is
+    finite) and `num_nonfinite` (int32).
+    """
+    finite = ~nonfinite
+    count = jnp.sum(finite).astype(fitness.dtype)
+    safe = jnp.where(finite, fitness, 0.0)
+    mean = jnp.sum(safe) / count
+    var = jnp.sum(jnp.where(finite, (fitness - mean) ** 2, 0.0)) / count
+    lo = jnp.min(jnp.where(finite, fitness, jnp.inf))
+    hi = jnp.max(jnp.where(finite, fitness, -jnp.inf))
+    none = count == 0
+    nan = jnp.asarray(jnp.nan, fitness.dtype)
+    lo, hi = jnp.where(none, nan, lo), jnp.where(none, nan, hi)
+    return {
+        "best": hi if maximize else lo,
+        "mean": mean,
+        "std": jnp.sqrt(var),
+        "min": lo,
+        "max": hi,
+        "num_nonfinite": jnp.sum(nonfinite).astype(jnp.int32),
+    }
+
+
+def best_index(fitness: Float[Array, " pop"], maximize: bool) -> Int[Array, ""]:
+    """Index of the best finite genome (0 when none is finite)."""
+    if maximize:
+        return jnp.argmax(jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf))
+    return jnp.argmin(jnp.where(jnp.isfinite(fitness), fitness, jnp.inf))
+
+
+__all__ = ["best_index", "fitness_dtype", "fitness_summary", "rank_nonfinite_worst"]

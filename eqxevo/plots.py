@@ -1,0 +1,211 @@
+"""Every figure eqxevo draws: fitness curves of a run, pictures of a lifetime.
+
+- `plot_fitness(records, path)`: a run's fitness per generation (best, mean,
+  best so far; across seeds the mean and its spread).
+- `render_trajectory(trajectory, env, params, path)` / `render_policy(key,
+  policy, env, params, num_steps, path)`: an agent's path over an arena's
+  field(s). One panel per field (L0 has one, L2 and L4 one per resource type).
+  The field is drawn as it was at `time_index` (by default the end of the
+  lifetime: patches deplete and sources drift), the path is white and broken
+  where an episode ended or the body died, the start is a green circle, the end
+  a red cross, and the sources or patches at `time_index` are white stars.
+
+Matplotlib draws on its Agg canvas directly: no display, no global pyplot state
+and no change of the user's matplotlib backend.
+"""
+
+import os
+import pathlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+
+from ._deprecated import key_first
+from ._types import PRNGKey
+from .envs.arena import AbstractArenaEnv
+from .envs.base import EnvParams
+from .nets.base import AbstractPolicy
+from .rollout import Trajectory, record
+
+
+def plot_fitness(records: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Fitness curves (best and mean per generation; mean and spread over seeds)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    seeds = sorted({r.get("seed", 0) for r in records})
+    generations = sorted({r["generation"] for r in records})
+    index = {g: i for i, g in enumerate(generations)}
+
+    def grid(name: str) -> np.ndarray:
+        out = np.full((len(seeds), len(generations)), np.nan)
+        for r in records:
+            value = r.get(name)
+            out[seeds.index(r.get("seed", 0)), index[r["generation"]]] = (
+                np.nan if value is None else value
+            )
+        return out
+
+    fig = Figure(figsize=(7, 4.2), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    x = np.asarray(generations)
+    colors = {"best_so_far": "tab:blue", "best": "tab:green", "mean": "tab:orange"}
+    labels = {
+        "best_so_far": "best so far",
+        "best": "best of generation",
+        "mean": "mean",
+    }
+    for name, color in colors.items():
+        values = grid(name)
+        if np.all(np.isnan(values)):
+            continue
+        if len(seeds) == 1:
+            ax.plot(x, values[0], color=color, label=labels[name], lw=1.5)
+        else:
+            centre = np.nanmean(values, axis=0)
+            ax.plot(
+                x, centre, color=color, label=f"{labels[name]} (mean of {len(seeds)})"
+            )
+            ax.fill_between(
+                x,
+                np.nanmin(values, axis=0),
+                np.nanmax(values, axis=0),
+                color=color,
+                alpha=0.2,
+                lw=0,
+            )
+    ax.set_xlabel("generation")
+    ax.set_ylabel("fitness")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    return path
+
+
+# -- pictures of a lifetime --------------------------------------------------
+
+
+def _check_env(env: Any) -> AbstractArenaEnv:
+    if not isinstance(env, AbstractArenaEnv):
+        raise TypeError(
+            "pictures need an arena environment (Chemotaxis, Foraging, LongHorizon or "
+            "another AbstractArenaEnv) to draw fields and paths; got "
+            f"{type(env).__name__}"
+        )
+    return env
+
+
+def render_trajectory(
+    trajectory: Trajectory,
+    env: AbstractArenaEnv,
+    env_params: EnvParams,
+    path: str | os.PathLike[str],
+    *,
+    time_index: int = -1,
+    resolution: int = 120,
+    title: str | None = None,
+    dpi: int = 100,
+) -> pathlib.Path:
+    """Draw a recorded lifetime's path over the field(s) and write a PNG.
+
+    Arguments:
+        trajectory: from `eqxevo.record` (one genome).
+        env, env_params: the environment and params it was recorded in.
+        path: where to write the PNG (parent folders are created).
+        time_index: which entry of `trajectory.env_states` the fields and
+            landmarks are drawn at (default: the last).
+        resolution: grid points per side for the fields.
+        title: the figure's title (default: the environment and the fitness).
+        dpi: resolution of the PNG.
+
+    Returns:
+        The path written.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    env = _check_env(env)
+    if not isinstance(resolution, int) or resolution < 2:
+        raise ValueError(f"resolution must be an int >= 2; got {resolution!r}")
+    num_states = int(jtu.tree_leaves(trajectory.env_states)[0].shape[0])
+    if not -num_states <= time_index < num_states:
+        raise ValueError(
+            f"time_index must be in [-{num_states}, {num_states}); got {time_index}"
+        )
+    state = jtu.tree_map(lambda x: x[time_index], trajectory.env_states)
+    half = float(env.arena_half(env_params))
+    axis = jnp.linspace(-half, half, resolution, dtype=jnp.float32)
+    xs, ys = jnp.meshgrid(axis, axis)
+    points = jnp.stack([xs.ravel(), ys.ravel()], axis=-1)
+    fields = np.asarray(env.fields(state, env_params, points))
+    positions = np.asarray(jax.vmap(env.position)(trajectory.env_states))
+    landmarks = np.asarray(env.landmarks(state))
+    dones = np.asarray(trajectory.dones)
+    # Entry t + 1 is the state after step t; a done at step t (or a death with
+    # rebirth elsewhere, L4's "died") ends the segment.
+    ends = dones | np.asarray(trajectory.info.get("died", np.zeros_like(dones)), bool)
+    breaks = np.flatnonzero(ends) + 2
+    segments = np.split(positions, breaks)
+
+    names = env.field_labels(state)
+    figure = Figure(figsize=(4.2 * len(names), 4.4), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, len(names), squeeze=False)[0]
+    for k, (ax, name) in enumerate(zip(axes, names, strict=True)):
+        image = ax.imshow(
+            fields[:, k].reshape(resolution, resolution),
+            origin="lower",
+            extent=(-half, half, -half, half),
+            cmap="viridis",
+        )
+        figure.colorbar(image, ax=ax, shrink=0.8)
+        for segment in segments:
+            if len(segment):
+                ax.plot(segment[:, 0], segment[:, 1], color="white", lw=0.9)
+        ax.plot(*positions[0], "o", color="lime", ms=7, label="start")
+        ax.plot(*positions[-1], "x", color="red", ms=8, mew=2, label="end")
+        ax.plot(landmarks[k, :, 0], landmarks[k, :, 1], "*", color="white", ms=10)
+        ax.set_xlim(-half, half)
+        ax.set_ylim(-half, half)
+        ax.set_aspect("equal")
+        ax.set_title(name)
+    if title is None:
+        steps = int(dones.shape[0])
+        title = (
+            f"{type(env).__name__}: fitness {float(trajectory.fitness):.4g} over "
+            f"{steps} steps"
+        )
+    figure.suptitle(title)
+    out = pathlib.Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, format="png", dpi=dpi)
+    return out
+
+
+@key_first(old_position=3)
+def render_policy(
+    key: PRNGKey,
+    policy: AbstractPolicy,
+    env: AbstractArenaEnv,
+    env_params: EnvParams,
+    num_steps: int,
+    path: str | os.PathLike[str],
+    **kwargs: Any,
+) -> pathlib.Path:
+    """Record one lifetime of `policy` and draw it (`record` + `render_trajectory`).
+
+    Keyword arguments go to `render_trajectory`. Returns the path written.
+    """
+    trajectory = record(key, policy, _check_env(env), env_params, num_steps)
+    return render_trajectory(trajectory, env, env_params, path, **kwargs)
+
+
+__all__ = ["plot_fitness", "render_policy", "render_trajectory"]

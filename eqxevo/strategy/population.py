@@ -1,0 +1,103 @@
+"""Population-based algorithms (SimpleGA, DifferentialEvolution, PSO, LGA, ...).
+
+evosax's population-based `init(key, population, fitness, params)` needs an
+evaluated population. eqxevo samples that first population around the user's
+genome (genome 0 is the genome itself, the others `genome + init_scale * N(0,
+I)`); generation 0's `ask` returns it, and generation 0's `tell` hands it with
+its fitness to evosax's `init`, exactly as a raw evosax user would. Later
+generations are evosax's `ask`/`tell`.
+
+Before that first `tell`, the evosax state is a container of the right type
+(a scan carry cannot change type): the sampled population, +inf fitness, and
+zeros elsewhere. It is built without running evosax's fitness shaping on
+placeholder values, so it holds no NaN, and it is entirely replaced by
+evosax's `init` at the first `tell`.
+"""
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import jax.tree_util as jtu
+
+from .._types import Array, Fitness, FlatPopulation, PRNGKey
+from .base import AbstractFamily
+from .stein import sample_around
+
+if TYPE_CHECKING:
+    from .strategy import Strategy
+
+
+class PopulationFamily(AbstractFamily):
+    """evosax's population-based algorithms (`PopulationBasedAlgorithm`)."""
+
+    name: ClassVar[str] = "population"
+
+    def init(self, strategy: "Strategy", key: PRNGKey) -> Any:
+        sample_key, init_key = jr.split(key)
+        size = strategy.population_size
+        points = sample_around(strategy, sample_key, size)
+        fitness = jnp.full((size,), jnp.inf, strategy.layout.dtype)
+        algorithm, params = strategy.algorithm, strategy.params
+        shapes = jax.eval_shape(
+            lambda: algorithm.init(init_key, points, fitness, params)
+        )
+        inner = jtu.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        replace = {"population": points, "fitness": fitness}
+        fields = {f.name for f in dataclasses.fields(inner)}
+        if "best_solution" in fields:
+            replace["best_solution"] = points[0]
+        if "best_fitness" in fields:
+            replace["best_fitness"] = jnp.asarray(jnp.inf, inner.best_fitness.dtype)
+        return inner.replace(**replace)
+
+    def ask(
+        self, strategy: "Strategy", key: PRNGKey, inner: Any, generation: Array
+    ) -> tuple[Array, Any]:
+        algorithm, params = strategy.algorithm, strategy.params
+
+        def first(inner: Any) -> tuple[Array, Any]:
+            return inner.population, inner
+
+        def later(inner: Any) -> tuple[Array, Any]:
+            return algorithm.ask(key, inner, params)
+
+        return jax.lax.cond(generation == 0, first, later, inner)
+
+    def tell(
+        self,
+        strategy: "Strategy",
+        key: PRNGKey,
+        flat: FlatPopulation,
+        fitness: Fitness,
+        inner: Any,
+        generation: Array,
+    ) -> Any:
+        algorithm, params = strategy.algorithm, strategy.params
+
+        def first(inner: Any) -> Any:
+            return algorithm.init(key, flat, fitness, params)
+
+        def later(inner: Any) -> Any:
+            return algorithm.tell(key, flat, fitness, inner, params)[0]
+
+        return jax.lax.cond(generation == 0, first, later, inner)
+
+    def reference(
+        self, strategy: "Strategy", inner: Any, generation: Array
+    ) -> Array | None:
+        # A failed genome must not displace a stored one. evosax stores *shaped*
+        # fitness; only under identity shaping (the default) is it comparable
+        # with this generation's raw fitness. Under any other shaping the
+        # algorithm compares shaped values, and ranking a failed genome last in
+        # its own generation is all that can be said in raw terms.
+        from evosax.core.fitness_shaping import identity_fitness_shaping_fn
+
+        if strategy.algorithm.fitness_shaping_fn is not identity_fitness_shaping_fn:
+            return None
+        return jnp.where(generation == 0, jnp.inf, inner.fitness)
+
+
+__all__ = ["PopulationFamily"]
