@@ -15,6 +15,7 @@ from .evolve import (
     NonFiniteFitnessError as NonFiniteFitnessError,
     evolve as evolve,
     generation_keys as generation_keys,
+    stack_runs as stack_runs,
 )
 from .fidelity import (
     MultiFidelity as MultiFidelity,

@@ -40,7 +40,7 @@ import dataclasses
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import equinox as eqx
@@ -254,14 +254,20 @@ def _run_chunk(
     num_active: Array,
     chunk_size: int,
     halt_on_nonfinite: bool,
-    batched: bool,
+    batch: Literal["none", "seeds", "runs"],
     mesh: Mesh | None,
     batch_size: int | None,
     episodes: Any,
 ) -> tuple[StrategyState, Array, Any, Any]:
     aux_static: list[Any] = []
 
-    def one_seed(run_key: PRNGKey, state: StrategyState, halted: Array) -> Any:
+    def one_run(
+        strategy: Strategy,
+        fitness_fn: Any,
+        run_key: PRNGKey,
+        state: StrategyState,
+        halted: Array,
+    ) -> Any:
         def generation(carry: Any) -> Any:
             state, halted = carry
             new_state, record, aux = generation_step(
@@ -288,7 +294,7 @@ def _run_chunk(
             return carry, jtu.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
         def step(carry: Any, i: Array) -> Any:
-            # `i < num_active` is the same for every seed: the padded steps of a
+            # `i < num_active` is the same for every run: the padded steps of a
             # short chunk cost nothing.
             return jax.lax.cond(i < num_active, generation, skip, carry)
 
@@ -297,13 +303,32 @@ def _run_chunk(
         )
         return state, halted, out
 
-    def seeds(run_key: PRNGKeys, state: StrategyState, halted: Array) -> Any:
-        # One seed after another (a scan, not a vmap): a vmapped seed axis would
-        # batch tell's reductions and linear algebra, whose bits then differ
-        # from a run of that seed alone.
-        return jax.lax.map(lambda args: one_seed(*args), (run_key, state, halted))
+    def run(run_key: Any, state: StrategyState, halted: Array) -> Any:
+        if batch == "none":
+            return one_run(strategy, fitness_fn, run_key, state, halted)
+        # Runs go one after another (a scan, not a vmap): a vmapped run axis
+        # would batch tell's reductions and linear algebra, whose bits then
+        # differ from a run of its own.
+        if batch == "seeds":
+            return jax.lax.map(
+                lambda args: one_run(strategy, fitness_fn, *args),
+                (run_key, state, halted),
+            )
+        strategy_arrays, strategy_static = eqx.partition(strategy, eqx.is_array)
+        fn_arrays, fn_static = eqx.partition(fitness_fn, eqx.is_array)
 
-    run = seeds if batched else one_seed
+        def each(args: Any) -> Any:
+            run_key, state, halted, strategy_r, fn_r = args
+            return one_run(
+                eqx.combine(strategy_r, strategy_static),
+                eqx.combine(fn_r, fn_static),
+                run_key,
+                state,
+                halted,
+            )
+
+        return jax.lax.map(each, (run_key, state, halted, strategy_arrays, fn_arrays))
+
     # With a mesh the whole chunk is one manual SPMD program: every device runs
     # ask/tell on the whole (replicated) state, the evaluation alone is split.
     state, halted, out = replicated(run, mesh)(run_key, state, halted)
@@ -315,8 +340,21 @@ def _init_seeds(strategy: Strategy, keys: PRNGKeys) -> StrategyState:
     return jax.lax.map(strategy.init, keys)
 
 
-def run_keys(key: PRNGKey, num_seeds: int | None = None) -> tuple[Any, Any]:
-    """`(init_key, run_key)` of a run (each with a leading axis K for K seeds)."""
+@eqx.filter_jit
+def _init_runs(strategy: Strategy, keys: PRNGKeys) -> StrategyState:
+    arrays, static = eqx.partition(strategy, eqx.is_array)
+    return jax.lax.map(
+        lambda args: eqx.combine(args[1], static).init(args[0]), (keys, arrays)
+    )
+
+
+def run_keys(
+    key: PRNGKey | PRNGKeys, num_seeds: int | None = None, runs: int | None = None
+) -> tuple[Any, Any]:
+    """`(init_key, run_key)` of a run (each with a leading axis K for K seeds or
+    R for R runs)."""
+    if runs is not None:
+        return jax.vmap(lambda k: tuple(jr.split(k)))(key)
     if num_seeds is None:
         init_key, run_key = jr.split(key)
         return init_key, run_key
@@ -325,13 +363,79 @@ def run_keys(key: PRNGKey, num_seeds: int | None = None) -> tuple[Any, Any]:
 
 
 def initial_state(
-    key: PRNGKey, strategy: Strategy, num_seeds: int | None = None
+    key: PRNGKey | PRNGKeys,
+    strategy: Strategy,
+    num_seeds: int | None = None,
+    runs: int | None = None,
 ) -> StrategyState:
-    """The state `evolve(key, strategy, ..., num_seeds=num_seeds)` starts from."""
-    init_key, _ = run_keys(key, num_seeds)
+    """The state `evolve(key, strategy, ..., num_seeds=..., runs=...)` starts from."""
+    init_key, _ = run_keys(key, num_seeds, runs)
+    if runs is not None:
+        return _init_runs(strategy, init_key)
     if num_seeds is None:
         return strategy.init(init_key)
     return _init_seeds(strategy, init_key)
+
+
+def stack_runs(trees: Sequence[Any]) -> Any:
+    """Stack R strategies (or R fitness functions) into one, for `evolve(runs=R)`.
+
+    The R trees must share their structure, their non-array parts (algorithm,
+    sizes, functions, configuration) and their arrays' shapes and dtypes; their
+    arrays (strategy params, initial genome, topology, environment params ...)
+    may differ, and get a leading axis R.
+
+    Raises:
+        ValueError: the trees differ in more than array values (they would need
+            separate programs), naming the first difference.
+    """
+    trees = list(trees)
+    if not trees:
+        raise ValueError("stack_runs: need at least one tree; got none")
+    parts = [eqx.partition(t, eqx.is_array) for t in trees]
+    arrays0, static0 = parts[0]
+    leaves0, treedef0 = jtu.tree_flatten(arrays0)
+    for r, (arrays, static) in enumerate(parts[1:], start=1):
+        leaves, treedef = jtu.tree_flatten(arrays)
+        same_static = jtu.tree_structure(static) == jtu.tree_structure(static0)
+        if same_static:
+            same_static = bool(eqx.tree_equal(static, static0))
+        if treedef != treedef0 or not same_static:
+            raise ValueError(
+                f"stack_runs: tree {r} differs from tree 0 in more than array "
+                "values (structure, sizes, algorithm or configuration); such runs "
+                "need programs of their own"
+            )
+        for a, b in zip(leaves, leaves0, strict=True):
+            if a.shape != b.shape or a.dtype != b.dtype:
+                raise ValueError(
+                    f"stack_runs: tree {r} has an array {a.dtype}{list(a.shape)} "
+                    f"where tree 0 has {b.dtype}{list(b.shape)}"
+                )
+    stacked = jtu.tree_map(lambda *xs: jnp.stack(xs), *[arrays for arrays, _ in parts])
+    return eqx.combine(stacked, static0)
+
+
+def _check_runs(key: Any, strategy: Strategy, fitness_fn: Any, runs: int) -> None:
+    """Raise a clear error unless `key`, `strategy`, `fitness_fn` carry R runs."""
+    key_shape = tuple(jnp.shape(jr.key_data(key))) if _is_typed_key(key) else None
+    if key_shape is None or key_shape[:1] != (runs,) or len(key_shape) != 2:
+        raise ValueError(
+            f"runs={runs}: key must hold {runs} typed keys (jax.random.split(key, "
+            f"{runs}) or one key per run); got {getattr(key, 'shape', key)!r}"
+        )
+    for name, tree in (("strategy", strategy), ("fitness_fn", fitness_fn)):
+        leaves = jtu.tree_leaves(eqx.filter(tree, eqx.is_array))
+        bad = [x.shape for x in leaves if x.shape[:1] != (runs,)]
+        if bad:
+            raise ValueError(
+                f"runs={runs}: every array of {name} needs a leading axis {runs} "
+                f"(stack R of them with eqxevo.stack_runs); got shapes {bad[:3]}"
+            )
+
+
+def _is_typed_key(key: Any) -> bool:
+    return isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
 
 
 def _check_positive_int(name: str, value: Any) -> int:
@@ -361,6 +465,7 @@ def evolve(
     mesh: Mesh | None = None,
     batch_size: int | None = None,
     episodes: Any = "shared",
+    runs: int | None = None,
 ) -> EvolveResult:
     """Run `num_generations` generations of `strategy` on `fitness_fn`, on device.
 
@@ -399,6 +504,12 @@ def evolve(
             same episodes), `"per_genome"` (genome i its own, mirrored pairs
             sharing; `strategy.episode_ids`) or an integer array of P episode
             ids; see `evaluate`.
+        runs: R runs that differ only in array values, in one program: `key`
+            holds R keys, and `strategy` and `fitness_fn` are R of them stacked
+            by `eqxevo.stack_runs` (other params, initial genomes, environment
+            variants). Run r equals `evolve(key[r], strategy_r, fitness_fn_r)`
+            bit for bit; every result gets a leading axis R. Not with
+            `num_seeds`.
 
     Returns:
         An `EvolveResult`.
@@ -415,6 +526,14 @@ def evolve(
     _check_positive_int("chunk_size", chunk_size)
     if num_seeds is not None:
         _check_positive_int("num_seeds", num_seeds)
+    if runs is not None:
+        _check_positive_int("runs", runs)
+        if num_seeds is not None:
+            raise ValueError(
+                "num_seeds and runs cannot be combined: give each seed its own run "
+                f"key instead; got num_seeds={num_seeds}, runs={runs}"
+            )
+        _check_runs(key, strategy, fitness_fn, runs)
     if on_nonfinite not in ("rank_worst", "raise"):
         raise ValueError(
             f"on_nonfinite must be 'rank_worst' or 'raise'; got {on_nonfinite!r}"
@@ -438,12 +557,14 @@ def evolve(
     if isinstance(episodes, str) and episodes == "per_genome":
         episodes = strategy.episode_ids
     episode_ids(episodes, strategy.population_size)  # checks it
-    batched = num_seeds is not None
-    _, run_key = run_keys(key, num_seeds)
+    count = runs if runs is not None else num_seeds
+    batched = count is not None
+    batch = "runs" if runs is not None else "seeds" if batched else "none"
+    _, run_key = run_keys(key, num_seeds, runs)
     if state is None:
-        state = initial_state(key, strategy, num_seeds)
-    halted = jnp.zeros(() if num_seeds is None else (num_seeds,), jnp.bool_)
-    strategy.check_state(state, () if num_seeds is None else (num_seeds,))
+        state = initial_state(key, strategy, num_seeds, runs)
+    halted = jnp.zeros(() if count is None else (count,), jnp.bool_)
+    strategy.check_state(state, () if count is None else (count,))
     # With a mesh, everything the chunks carry lives whole on every device (and
     # every process): the strategy state is replicated, only evaluation splits.
     state, run_key, halted = replicate((state, run_key, halted), mesh)
@@ -515,7 +636,7 @@ def evolve(
                 replicate(jnp.asarray(num_active, jnp.int32), mesh),
                 chunk_size,
                 on_nonfinite == "raise",
-                batched,
+                batch,
                 mesh,
                 batch_size,
                 episodes,
@@ -569,4 +690,5 @@ __all__ = [
     "generation_step",
     "initial_state",
     "run_keys",
+    "stack_runs",
 ]
