@@ -63,3 +63,17 @@ def test_on_gpu_every_layout_is_timed_and_the_kernel_checked():
     )
     # same genomes, keys and network: the fitness agrees to float32 rounding
     assert 0.0 <= summary["fitness_max_abs_diff"] < 1e-4
+
+
+def test_numpy_baseline_reads_the_edge_list_of_the_pallas_layout():
+    """On a GPU the milestones' "auto" layout is "pallas"; their NumPy baseline
+    must read the same edges from it."""
+    from eqxevo.bench.baselines import _edge_list
+    from eqxevo.nets import Topology, make_layout
+
+    topology = Topology.random(12, 0.3, num_edges=60, key=jr.key(0))
+    want = _edge_list(make_layout(topology, "segment"))
+    got = _edge_list(make_layout(topology, "pallas"))
+    mask = want[2]
+    assert (got[2] == mask).all()
+    assert (got[0][mask] == want[0][mask]).all() and (got[1] == want[1]).all()
