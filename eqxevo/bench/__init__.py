@@ -10,6 +10,7 @@ are never asserted in tests.
 - `cartpole`: eqxevo against evosax's GymnaxProblem and EvoJAX on CartPole;
 - `scaling`: curves against P, T, E, N; the persistent compilation cache;
 - `nets`: network layouts and trace dtypes;
+- `fused`: the fused Pallas kernel against the XLA layouts (GPU only);
 - `cli`: the command line.
 
 Names load on first use, so `eqxevo bench` can set the CPU device count
@@ -38,6 +39,10 @@ _LAZY = {
     "state_bytes": "nets",
     "trace_drift": "nets",
     "trace_drift_sweep": "nets",
+    "NEEDS_GPU": "fused",
+    "fitness_agreement": "fused",
+    "pallas_comparison": "fused",
+    "pallas_grid": "fused",
 }
 
 

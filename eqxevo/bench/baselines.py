@@ -126,7 +126,7 @@ def _numpy_params(module: Any) -> dict[str, Any]:
 
 def _edge_list(layout: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(src, dst, mask) `[E]` of any layout (the genome's weights are `[E]`)."""
-    if layout.name == "gather":
+    if layout.name in ("gather", "pallas"):  # slot tables [K, N] (N padded)
         slot, dst = np.asarray(layout.edge_slot), np.asarray(layout.edge_dst)
         src = np.asarray(layout.src)[slot, dst]
         return src, dst, np.asarray(layout.edge_mask)

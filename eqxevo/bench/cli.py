@@ -6,10 +6,12 @@
     eqxevo bench --only layouts             # network layout sweep (long)
     eqxevo bench --only traces              # trace dtype drift
     eqxevo bench --only breakdown           # where an L0 step's time goes
+    eqxevo bench --only pallas              # fused Pallas kernel vs XLA (GPU)
 
 Writes to `--out` (default `bench-out/`): `milestones.json`, `ratios.csv`,
 `cartpole.csv`, `scaling.csv` + `scaling.png`, `cache.json`, `layouts*.csv`,
-`traces.csv` (each `.csv` with a `.json` twin holding the machine info) and
+`traces.csv`, `pallas.csv` (each `.csv` with a `.json` twin holding the machine
+info) and
 `report.md`: the ratio table against the targets, saying by how much a missed
 target is missed.
 """
@@ -29,8 +31,10 @@ PARTS = (
     "cache",
     "layouts",
     "traces",
+    "pallas",
 )
-DEFAULT_PARTS = ("milestones", "breakdown", "cartpole", "scaling", "cache")
+# "pallas" costs nothing without a GPU (one "not measured" row per point)
+DEFAULT_PARTS = ("milestones", "breakdown", "cartpole", "scaling", "cache", "pallas")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -101,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         "cache": _cache,
         "layouts": _layouts,
         "traces": _traces,
+        "pallas": _pallas,
     }
     failed = []
     for part in PARTS:
@@ -333,6 +338,44 @@ def _traces(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
         )
     )
     return records
+
+
+def _pallas(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
+    import jax.random as jr
+
+    from .common import table, write_records
+    from .fused import PALLAS_COLUMNS, pallas_comparison
+
+    print("pallas vs XLA layouts...", flush=True)
+
+    def log(r: dict[str, Any]) -> None:
+        head = (
+            f"  {r['model']:7s} N={r['num_neurons']:5d} K={r['fan_in']:3d} "
+            f"P={r['population_size']:5d} T={r['num_steps']:5d} "
+            f"plastic={r['plastic']!s:5} {r.get('trace_dtype') or '':8s} "
+            f"{r['layout']:8s}"
+        )
+        if "skipped" in r:
+            print(f"{head} {r['skipped']}", flush=True)
+        elif r["layout"] == "summary":
+            ratio = r["pallas_over_best_xla"]
+            print(
+                f"{head} pallas / best XLA ({r['best_xla']}) = "
+                + (f"{ratio:.3g}" if ratio is not None else "n/a")
+                + f", fitness |diff| <= {r['fitness_max_abs_diff']:.2g}",
+                flush=True,
+            )
+        else:
+            print(f"{head} {r['steps_per_s']:9.3g} agent-steps/s", flush=True)
+
+    records = pallas_comparison(
+        quick=args.quick, repeats=args.repeats, key=jr.key(0), log=log
+    )
+    write_records(args.out, "pallas", meta, records)
+    # per point its summary (GPU) or its "not measured" row; layouts skipped for size
+    rows = [r for r in records if r["layout"] == "summary" or "skipped" in r]
+    print(table(rows, PALLAS_COLUMNS))
+    return rows
 
 
 __all__ = ["main", "parser"]

@@ -216,6 +216,15 @@ def write_report(results: dict[str, Any], out: Path) -> str:
                 ],
             ),
         ]
+    if results.get("pallas"):
+        from .fused import PALLAS_COLUMNS
+
+        lines += [
+            "",
+            "## Fused Pallas kernel vs XLA layouts (agent-steps/s, wall)",
+            "",
+            table(results["pallas"], PALLAS_COLUMNS),
+        ]
     if results.get("cache"):
         c = results["cache"]
         lines += [

@@ -9,7 +9,7 @@ name = "sparse_rate"
 [net.options]
 num_neurons = 64        # N
 fan_in = 8              # K edges into every neuron (or: connection_prob = 0.1)
-layout = "auto"         # auto | segment | gather | dense
+layout = "auto"         # auto | segment | gather | dense | pallas (fused kernel)
 plasticity = { learning_rate = 0.01, trace_dtype = "float16" }   # optional
 ```
 

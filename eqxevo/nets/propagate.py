@@ -12,6 +12,10 @@ and differ only in how the per-edge values are stored (their *native* format):
 - `DenseLayout` ("dense"): `[N, N]` masked weight matrix `W[post, pre]`; a
   matrix-vector product.
 
+A fourth layout, `PallasLayout` ("pallas", in `fused.py`), stores values like
+"gather" and runs a sparse policy's whole step (propagation, neuron update,
+eligibility traces) as one Pallas kernel: Triton on GPU, interpret mode on CPU.
+
 `make_layout(topology, "auto")` picks one by the measured rule in `choose_layout`.
 A genome always stores its weights as `[E]` (the search space does not depend on
 the layout); `native_weights` converts them once per lifetime, and plastic weights
@@ -35,7 +39,8 @@ from .._types import Array, Bool, Float, Int
 from .batching import population_last
 from .topology import Topology
 
-LayoutName = Literal["segment", "gather", "dense"]
+LayoutName = Literal["segment", "gather", "dense", "pallas"]
+# The XLA layouts (every platform); "pallas" is the fused kernel (fused.py).
 LAYOUTS: tuple[str, ...] = ("segment", "gather", "dense")
 
 
@@ -318,10 +323,12 @@ def choose_layout(
     plasticity), else `"gather"`, except `"segment"` again for K above 384
     without plasticity; at every measured point the pick is within 0.9x
     of the fastest layout. A ragged in-degree (K * N > 1.25 E_max) always gets
-    `"segment"` (gather would store mostly padding). On GPU/TPU (not measured
-    here): `"gather"`, which has no scatter and so avoids the known
-    vmapped-`segment_sum` and scatter-add
-    slowdowns listed in PERFORMANCE_NOTES.md; pass `layout=` to override.
+    `"segment"` (gather would store mostly padding). On GPU (not measured yet):
+    `"pallas"`, the fused kernel, which like `"gather"` has no scatter (so it
+    avoids the vmapped-`segment_sum` and scatter-add slowdowns listed in
+    PERFORMANCE_NOTES.md) and runs a whole step in one launch. On TPU (not
+    measured): `"gather"`. Pass `layout=` to override; the XLA layouts are the
+    fallback.
 
     Arguments:
         num_neurons: N.
@@ -331,13 +338,15 @@ def choose_layout(
         platform: `"cpu"`, `"gpu"`, `"tpu"`; default `jax.default_backend()`.
 
     Returns:
-        `"segment"`, `"gather"` or `"dense"`.
+        `"segment"`, `"gather"` or `"pallas"` (never `"dense"`).
     """
     # A ragged in-degree (max fan-in far above the mean) would make gather's
     # K * N slots mostly padding: the edge list is the only compact layout then.
     if max(1, max_fan_in) * num_neurons > RAGGED_SLOTS * num_edges:
         return "segment"
     platform = platform or jax.default_backend()
+    if platform == "gpu":
+        return "pallas"
     if platform != "cpu":
         return "gather"
     if plastic:
@@ -360,7 +369,8 @@ def make_layout(
     """Build the layout named `layout` (or the one `"auto"` picks) for `topology`.
 
     Raises:
-        ValueError: `layout` is not `"auto"`, `"segment"`, `"gather"` or `"dense"`.
+        ValueError: `layout` is not `"auto"`, `"segment"`, `"gather"`, `"dense"`
+            or `"pallas"`.
     """
     if layout == "auto":
         layout = choose_layout(
@@ -369,10 +379,14 @@ def make_layout(
             topology.max_fan_in,
             plastic=plastic,
         )
+    if layout == "pallas":
+        from .fused import PallasLayout  # fused.py builds on this module
+
+        return PallasLayout(topology)
     if layout not in _LAYOUT_CLASSES:
         raise ValueError(
-            f"layout must be one of 'auto', {', '.join(map(repr, LAYOUTS))}; "
-            f"got {layout!r}"
+            f"layout must be one of 'auto', {', '.join(map(repr, LAYOUTS))}, "
+            f"'pallas'; got {layout!r}"
         )
     return _LAYOUT_CLASSES[layout](topology)
 

@@ -24,6 +24,8 @@ rates and STDP for the Hebbian increment):
 
 A whole step runs through `batching.population_last`, so under `jax.vmap` over
 genomes (as in `eqxevo.evaluate`) the population steps at once with its axis last.
+With `layout="pallas"` the step's propagation, neuron update and trace update
+run as one fused Pallas kernel (`fused.py`) instead of separate XLA operations.
 """
 
 import math
@@ -38,6 +40,7 @@ from jax import lax
 from .._types import Array, Float, PRNGKey, Scalar
 from .base import AbstractPolicy
 from .batching import population_last
+from .fused import PallasLayout
 from .neurons import LIFNeurons, RateNeurons
 from .plasticity import (
     HebbianRule,
@@ -115,6 +118,12 @@ def _inject(current: Array, values: Array, ids: tuple[int, ...]) -> Array:
         pad = ((start, n - start - len(ids)),) + ((0, 0),) * (values.ndim - 1)
         return current + jnp.pad(values, pad)
     return current.at[jnp.asarray(ids)].add(values)
+
+
+def _external(x: Array, values: Array, ids: tuple[int, ...]) -> Array:
+    """The injected current alone, `[N, B]`: what the fused kernel adds to `W x`."""
+    zeros = jnp.zeros((x.shape[0], values.shape[-1]), x.dtype)
+    return _inject(zeros, values, ids)
 
 
 def _read(values: Array, ids: tuple[int, ...]) -> Array:
@@ -265,8 +274,9 @@ class SparseRatePolicy(AbstractPolicy):
     Arguments:
         obs_size, action_size: observation and action sizes.
         topology: the shared connectivity (see `Topology`).
-        layout: `"auto"` (default; measured rule), `"segment"`, `"gather"` or
-            `"dense"`. Results agree across layouts up to float rounding.
+        layout: `"auto"` (default; measured rule), `"segment"`, `"gather"`,
+            `"dense"` or `"pallas"` (the fused kernel; see `fused.py`). Results
+            agree across layouts up to float rounding.
         tau, dt: initial time constant and step length of the rate units.
         plasticity: a `HebbianRule`, or None for fixed weights.
         input_ids, output_ids: neurons receiving the observation / giving the
@@ -353,6 +363,16 @@ def _rate_step(index: Any, data: Any) -> tuple[Array, SparseRateState]:
     policy: SparseRatePolicy = eqx.combine(index, genome)
     layout, rule = policy.layout, policy.rule
     x, plastic = state.rate, state.plastic
+    if isinstance(layout, PallasLayout):
+        if plastic is None:
+            weights = _fixed_weights(layout, policy.weights)
+        else:
+            weights = plastic.weights
+        external = _external(x, policy.input_weight * obs, policy.input_ids)
+        potential, rate, plastic = layout._rate_step(
+            policy.neurons, rule, weights, state.potential, x, external, plastic
+        )
+        return _read(rate, policy.output_ids), SparseRateState(potential, rate, plastic)
     if plastic is None:
         weights = _fixed_weights(layout, policy.weights)
         current, pre = layout._propagate(weights, x), None
@@ -379,7 +399,7 @@ class SparseSpikingPolicy(AbstractPolicy):
     Arguments:
         obs_size, action_size: observation and action sizes.
         topology: the shared connectivity (see `Topology`).
-        layout: `"auto"`, `"segment"`, `"gather"` or `"dense"`.
+        layout: `"auto"`, `"segment"`, `"gather"`, `"dense"` or `"pallas"`.
         tau, dt, threshold, reset, refractory_period: LIF parameters (see
             `LIFNeurons`; times in the unit of `dt`, default 1 ms).
         readout_tau: time constant of the output neurons' spike filter.
@@ -505,29 +525,46 @@ def _spiking_step(index: Any, data: Any) -> tuple[Array, SparseSpikingState]:
         weights = _fixed_weights(layout, policy.weights)
     else:
         weights = plastic.weights
-    current = layout._propagate(weights, state.spikes)
-    current = _inject(current, policy.input_weight * obs, policy.input_ids)
-    potential, refractory, spikes = neurons.step(
-        state.potential, state.refractory, current
-    )
+    pre_trace, post_trace = state.pre_trace, state.post_trace
+    fused = isinstance(layout, PallasLayout)
+    if fused:
+        external = _external(state.spikes, policy.input_weight * obs, policy.input_ids)
+        potential, refractory, spikes, plastic = layout._spiking_step(
+            neurons,
+            rule,
+            weights,
+            state.potential,
+            state.refractory,
+            state.spikes,
+            external,
+            pre_trace,
+            post_trace,
+            plastic,
+        )
+    else:
+        current = layout._propagate(weights, state.spikes)
+        current = _inject(current, policy.input_weight * obs, policy.input_ids)
+        potential, refractory, spikes = neurons.step(
+            state.potential, state.refractory, current
+        )
     decay = policy.readout_decay
     readout = decay * state.readout + (1.0 - decay) * _read(spikes, policy.output_ids)
     action = jnp.tanh(policy.readout_weight * readout + policy.readout_bias)
-    pre_trace, post_trace = state.pre_trace, state.post_trace
     if plastic is not None:
         assert isinstance(rule, STDPRule)
         assert pre_trace is not None and post_trace is not None
-        increment = rule.increment(
-            layout._pre(pre_trace),
-            layout._pre(spikes),
-            layout._post(post_trace),
-            layout._post(spikes),
-        )
         dt = neurons.dt
-        trace = _trace_step(
-            layout, rule, plastic, increment, math.exp(-dt / rule.tau_eligibility)
-        )
-        plastic = _finish_plastic(layout, rule, plastic, weights, trace, spikes)
+        if not fused:  # the kernel has updated the traces (and weights) already
+            increment = rule.increment(
+                layout._pre(pre_trace),
+                layout._pre(spikes),
+                layout._post(post_trace),
+                layout._post(spikes),
+            )
+            trace = _trace_step(
+                layout, rule, plastic, increment, math.exp(-dt / rule.tau_eligibility)
+            )
+            plastic = _finish_plastic(layout, rule, plastic, weights, trace, spikes)
         pre_trace = math.exp(-dt / rule.tau_plus) * pre_trace + spikes
         post_trace = math.exp(-dt / rule.tau_minus) * post_trace + spikes
     state = SparseSpikingState(
