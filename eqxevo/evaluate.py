@@ -72,18 +72,37 @@ def population_size_of(population: Population, filter_spec: Any) -> int:
     return sizes.pop()
 
 
+BLOCK_ALIGN = 16
+"""Evaluation blocks are a multiple of this many genomes (padded with copies).
+
+XLA:CPU vectorises a batched loop over the population by the CPU's vector
+width (16 float32 lanes with AVX-512) and runs what is left over in a scalar
+remainder loop, whose transcendental and multiply-add code gives other last
+bits. A block of 8 genomes on an AVX-512 machine runs wholly in that remainder,
+a block of 16 wholly vectorised. With every block a multiple of 16, each genome
+takes the same path whatever the batch size or device count, so its fitness has
+the same bits (measured: docs/reproducibility.md)."""
+
+
 def check_batch_size(batch_size: Any) -> None:
-    """Raise a clear error unless `batch_size` is None or a Python int >= 2."""
+    """Raise a clear error unless `batch_size` is None or a positive Python int."""
     if batch_size is not None and (
         not isinstance(batch_size, int)
         or isinstance(batch_size, bool)
-        or batch_size < 2
+        or batch_size < 1
     ):
         raise ValueError(
-            "batch_size must be None (the whole population at once) or a Python "
-            "int >= 2 (a block of one genome compiles differently on XLA:CPU and "
-            f"would change the last bits of the fitness); got {batch_size!r}"
+            "batch_size must be None (the whole population at once) or a positive "
+            f"Python int (rounded up to a multiple of {BLOCK_ALIGN}); got "
+            f"{batch_size!r}"
         )
+
+
+def block_width(count: int, batch_size: int | None) -> int:
+    """Genomes per evaluation block: `batch_size` (or all `count`), rounded up to
+    a multiple of `BLOCK_ALIGN`."""
+    wanted = count if batch_size is None else min(batch_size, count)
+    return -(-wanted // BLOCK_ALIGN) * BLOCK_ALIGN
 
 
 def episode_ids(episodes: Any, population_size: int) -> Int[Array, " pop"] | None:
@@ -155,21 +174,16 @@ def _split_output(out: Any) -> tuple[Array, Any]:
 
 
 def _vmap_in_blocks(one: Callable[..., Any], args: Any, batch_size: int | None) -> Any:
-    """`vmap(one)(*args)` over the leading axis, `batch_size` genomes at a time.
+    """`vmap(one)(*args)` over the leading axis, in blocks of `block_width`.
 
-    With `batch_size` set, a `lax.map` (scan) over blocks of `batch_size`
-    genomes, each block vmapped, so only one block's lifetimes are alive at a
-    time. A count that `batch_size` does not divide is padded to whole blocks
-    by repeating the last genome (at most `batch_size - 1` extra evaluations,
-    dropped from the result).
-
-    Every block is vmapped over at least two genomes (a lone genome is padded
-    too): XLA:CPU compiles a batch of one like an unbatched program (it
-    strength-reduces its dots, for one), whose last bits can differ from the
-    same genome evaluated in a wider batch.
+    With `batch_size` set, a `lax.map` (scan) over blocks, each block vmapped, so
+    only one block's lifetimes are alive at a time. Blocks are a multiple of
+    `BLOCK_ALIGN` genomes; a count that the blocks do not cover exactly is padded
+    by repeating the last genome (the extra evaluations are dropped from the
+    result).
     """
     count = jtu.tree_leaves(args)[0].shape[0]
-    width = max(2, count if batch_size is None else min(batch_size, count))
+    width = block_width(count, batch_size)
     num_blocks = -(-count // width)
     total = num_blocks * width
     if total != count:
@@ -295,8 +309,9 @@ def evaluate(
             (`eqxevo.population_mesh()`); P must be a multiple of its size. The
             result is whole (replicated) on every device.
         batch_size: evaluate this many genomes at a time (per device) instead of
-            all at once, to bound the memory of the lifetimes' state; an int >= 2.
-            P need not be a multiple of it (the last block is padded).
+            all at once, to bound the memory of the lifetimes' state; rounded up
+            to a multiple of `BLOCK_ALIGN` (16). P need not be a multiple of it
+            (the last block is padded).
         episodes: `"shared"` (every genome gets `fold_in(key, 0)`),
             `"per_genome"` (genome i gets `fold_in(key, i)`) or an integer array
             of P episode ids (genome i gets `fold_in(key, ids[i])`).
@@ -343,9 +358,11 @@ def evaluate(
 
 
 __all__ = [
+    "BLOCK_ALIGN",
     "EPISODES",
     "AbstractPopulationFitness",
     "Episodes",
+    "block_width",
     "check_batch_size",
     "episode_ids",
     "evaluate",

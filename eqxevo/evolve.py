@@ -452,7 +452,7 @@ def _host(leaf: Any) -> Any:
 
 @key_first(old_position=2)
 def evolve(
-    key: PRNGKey,
+    key: PRNGKey | PRNGKeys,
     strategy: Strategy,
     fitness_fn: Callable[..., Any] | AbstractPopulationFitness,
     *,

@@ -193,8 +193,17 @@ def _step(
     return new_carry, record
 
 
-def _summary(carry: _Carry) -> Summary:
-    steps = jnp.maximum(carry.steps, 1).astype(jnp.float32)
+def _summary(carry: _Carry, num_steps: int, reset_on_done: bool) -> Summary:
+    # With auto-reset the environment runs every step, so the divisor is the
+    # static lifetime length. Keep it static: XLA turns a division by a value it
+    # can prove constant into a multiplication by its reciprocal (not exact), and
+    # whether it can prove the carried step count constant depends on the
+    # surrounding program (it could inside a sharded program, not outside), so
+    # the means would change in their last bit with the device count.
+    if reset_on_done:
+        steps = jnp.asarray(num_steps, jnp.float32)
+    else:
+        steps = jnp.maximum(carry.steps, 1).astype(jnp.float32)
     summary = {
         "total_reward": carry.total_reward,
         "mean_reward": carry.total_reward / steps,
@@ -260,7 +269,7 @@ def rollout(
         return carry, None
 
     carry, _ = jax.lax.scan(body, carry, length=num_steps)
-    summary = _summary(carry)
+    summary = _summary(carry, num_steps, reset_on_done)
     return summary["total_reward"], summary
 
 
@@ -330,7 +339,7 @@ def record(
         initial_state,
         steps.env_state,
     )
-    summary = _summary(carry)
+    summary = _summary(carry, num_steps, reset_on_done)
     return Trajectory(
         env_states=env_states,
         observations=steps.obs,

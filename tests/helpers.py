@@ -45,6 +45,10 @@ def tree_equal(a, b) -> bool:
     if ta != tb:
         return False
     for x, y in zip(la, lb, strict=True):
+        if not isinstance(x, jax.Array | np.ndarray | np.generic | int | float | bool):
+            if x is not y and x != y:  # functions, strings: static leaves
+                return False
+            continue
         if jax.dtypes.issubdtype(jnp.asarray(x).dtype, jax.dtypes.prng_key):
             x, y = jr.key_data(x), jr.key_data(y)
         x, y = np.asarray(x), np.asarray(y)
@@ -76,3 +80,60 @@ def random_population(seed, size):
     key = jr.key(seed)
     layout = GenomeLayout.from_genome(Net(key=key))
     return layout.unflatten_population(jr.normal(key, (size, layout.num_params)))
+
+
+# -- cases a stranger would bring ----------------------------------------------------
+# Not our networks: a vector genome with an integer leaf, an eqx.nn.MLP, and
+# fitness functions with multiply-adds, reductions, transcendentals and noise.
+
+
+class Rosenbrock(eqx.Module):
+    """A point in R^d with an integer leaf (static, shared by the population)."""
+
+    x: jax.Array
+    index: jax.Array
+
+    def __init__(self, dim=6):
+        self.x = jnp.linspace(-1.0, 1.0, dim)
+        self.index = jnp.arange(dim, dtype=jnp.int32)
+
+
+def rosenbrock(genome, key):
+    """Multiply-adds and a reduction, plus key-dependent noise."""
+    x = genome.x
+    value = jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+    return (
+        value + 0.01 * jr.normal(key, ()) + 0.0 * jnp.sum(genome.index).astype(x.dtype)
+    )
+
+
+def transcendental(genome, key):
+    """exp, log, sin, tanh, a max reduction and noise, with an aux pytree."""
+    x = genome.x
+    noise = jr.uniform(key, x.shape, minval=-0.1, maxval=0.1)
+    value = (
+        jnp.mean(jnp.exp(-((x + noise) ** 2)))
+        + jnp.log1p(jnp.sum(jnp.abs(jnp.sin(3.0 * x))))
+        - jnp.max(jnp.tanh(x * genome.index.astype(x.dtype)))
+    )
+    return value, {"peak": jnp.max(x), "norm": jnp.linalg.norm(x)}
+
+
+def mlp_genome(key=None):
+    return eqx.nn.MLP(
+        1,
+        1,
+        width_size=8,
+        depth=2,
+        activation=jnp.tanh,
+        key=jr.key(0) if key is None else key,
+    )
+
+
+def mlp_regression(mlp, key):
+    """A regression loss through an eqx.nn.MLP (dots, tanh, a mean), noisy targets."""
+    # Built here, not at import: sharding_worker imports this module before
+    # jax.distributed starts, and a module-level array would start JAX.
+    xs = jnp.linspace(-2.0, 2.0, 16)[:, None]
+    targets = jnp.sin(xs) + 0.05 * jr.normal(key, xs.shape)
+    return -jnp.mean((jax.vmap(mlp)(xs) - targets) ** 2)

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from helpers import Net, noisy_sphere
+from helpers import Net, Rosenbrock, noisy_sphere, transcendental
 
 # The same checks as the test suite (conftest): beartype on every eqxevo function,
 # strict dtype promotion. The hook stays installed: eqxevo loads some modules on
@@ -92,9 +92,86 @@ def evaluate_once(mesh: Any) -> Any:
     return evaluate(jr.key(3), lambda g, k: lifetime(g, k, 8), population, mesh=mesh)
 
 
+# Every built-in environment with every built-in network, small, episodes
+# ending every 10 steps (resets run transcendentals the other steps do not).
+BUILTINS = {
+    "L0-sparse_rate": ("chemotaxis", "sparse_rate", {"num_neurons": 32, "fan_in": 8}),
+    "L2-sparse_lif": ("foraging", "sparse_lif", {"num_neurons": 32, "fan_in": 8}),
+    "L4-plastic": (
+        "long_horizon",
+        "sparse_rate",
+        {
+            "num_neurons": 32,
+            "fan_in": 8,
+            "plasticity": {"learning_rate": 0.01, "trace_decay": 0.9},
+        },
+    ),
+    "L0-recurrent": ("chemotaxis", "recurrent", {}),
+    "L2-mlp": ("foraging", "mlp", {}),
+}
+
+
+def builtins(mesh: Any) -> Any:
+    """Two generations of evolve (fitness, selection, state) on each workload;
+    per-genome episodes on one, shared on the others."""
+    from eqxevo.config import from_dict
+    from eqxevo.experiment import build
+
+    out = {}
+    for name, (env, net, options) in BUILTINS.items():
+        built = build(
+            from_dict(
+                {
+                    "env": {"name": env, "params": {"episode_length": 10}},
+                    "net": {"name": net, "options": options},
+                    "strategy": {"name": "snes", "population_size": POPULATION},
+                    "run": {"lifetime": 30},
+                }
+            )
+        )
+        result = eqxevo.evolve(
+            jr.key(4),
+            built.strategy,
+            built.fitness,
+            num_generations=2,
+            mesh=mesh,
+            episodes="per_genome" if name == "L0-sparse_rate" else "shared",
+        )
+        out[name] = {"state": result.state, "history": result.history}
+    return out
+
+
+def strangers(mesh: Any) -> Any:
+    """CMA_ES and Sep_CMA_ES on a genome with an int leaf and a transcendental,
+    noisy fitness with aux; and two stacked runs."""
+    out = {}
+    for algorithm in ("CMA_ES", "Sep_CMA_ES"):
+        strategy = eqxevo.Strategy(algorithm, Rosenbrock(5), POPULATION, maximize=True)
+        result = eqxevo.evolve(
+            jr.key(5), strategy, transcendental, num_generations=3, mesh=mesh
+        )
+        out[algorithm] = {"state": result.state, "history": result.history}
+    strategies = [
+        eqxevo.Strategy("SNES", Rosenbrock(5), POPULATION, params={"std_init": s})
+        for s in (jnp.float32(0.1), jnp.float32(0.3))
+    ]
+    runs = eqxevo.evolve(
+        jr.split(jr.key(6), 2),
+        eqxevo.stack_runs(strategies),
+        eqxevo.stack_runs([transcendental, transcendental]),
+        num_generations=2,
+        runs=2,
+        mesh=mesh,
+    )
+    out["runs"] = {"state": runs.state, "history": runs.history}
+    return out
+
+
 SCENARIOS: dict[str, Callable[[Any], Any]] = {
     "evolve": evolve,
     "evaluate": evaluate_once,
+    "builtins": builtins,
+    "strangers": strangers,
 }
 
 

@@ -4,11 +4,21 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
-from helpers import Net, lifetime, noisy_sphere, random_population, sphere, tree_equal
+from helpers import (
+    Net,
+    Rosenbrock,
+    lifetime,
+    noisy_sphere,
+    random_population,
+    sphere,
+    transcendental,
+    tree_equal,
+)
 from hypothesis import given, settings
 from jaxtyping import TypeCheckError
 
-from eqxevo.evaluate import evaluate, genome_keys
+from eqxevo import Strategy
+from eqxevo.evaluate import BLOCK_ALIGN, block_width, evaluate, genome_keys
 from eqxevo.genome import GenomeLayout
 
 
@@ -118,20 +128,37 @@ def test_evaluate_rejects_non_scalar_fitness(key):
 
 
 @settings(max_examples=min(5, settings().max_examples))  # each example compiles
-@given(size=st.integers(1, 9), batch_size=st.integers(2, 10), seed=st.integers(0, 99))
-def test_micro_batched_evaluation_equals_unbatched(size, batch_size, seed):
-    # batch_size need not divide the population: the last block is padded.
+@given(
+    size=st.integers(1, 40),
+    batch_size=st.integers(1, 40),
+    seed=st.integers(0, 99),
+    episodes=st.sampled_from(["shared", "per_genome"]),
+)
+def test_micro_batched_evaluation_equals_unbatched(size, batch_size, seed, episodes):
+    # batch_size need not divide the population: the last block is padded; blocks
+    # are a multiple of BLOCK_ALIGN genomes, so every genome runs the same code.
     population = random_population(seed, size)
     key = jr.key(seed + 1)
-    want = evaluate(key, lifetime, population)
-    got = evaluate(key, lifetime, population, batch_size=batch_size)
+    want = evaluate(key, lifetime, population, episodes=episodes)
+    got = evaluate(key, lifetime, population, batch_size=batch_size, episodes=episodes)
     assert tree_equal(got, want)
 
 
+@pytest.mark.parametrize(("size", "batch_size"), [(48, 16), (40, 8), (33, 17)])
+def test_micro_batched_stranger_fitness_equals_unbatched(size, batch_size, key):
+    # exp, log, sin, tanh, reductions and noise, on a genome with an int leaf.
+    strategy = Strategy("CMA_ES", Rosenbrock(5), size)
+    population, _ = strategy.ask(key, strategy.init(key))
+    want = evaluate(key, transcendental, population)
+    got = evaluate(key, transcendental, population, batch_size=batch_size)
+    assert tree_equal(got, want)
+    assert block_width(size, batch_size) % BLOCK_ALIGN == 0
+
+
 def test_micro_batching_bounds_the_memory_of_lifetimes(key):
-    # Each lifetime carries a 4096-float state: unbatched, all P = 64 states are
-    # alive at once; in blocks of 8, only 8 are.
-    population = random_population(0, 64)
+    # Each lifetime carries a 4096-float state: unbatched, all P = 128 states are
+    # alive at once; in blocks of 16, only 16 are.
+    population = random_population(0, 128)
 
     def big_state(genome, key):
         def step(state, _):
@@ -151,13 +178,13 @@ def test_micro_batching_bounds_the_memory_of_lifetimes(key):
             pytest.skip("this backend reports no memory analysis")
         return analysis.temp_size_in_bytes
 
-    unbatched, batched = temp_bytes(None), temp_bytes(8)
-    assert unbatched >= 64 * 4096 * 4  # at least every state at once
+    unbatched, batched = temp_bytes(None), temp_bytes(16)
+    assert unbatched >= 128 * 4096 * 4  # at least every state at once
     assert batched < unbatched / 4
 
 
 def test_evaluate_rejects_bad_batch_size(key):
     population = random_population(0, 4)
-    for bad in (0, 1, -1, 2.0, True):
+    for bad in (0, -1, 2.0, True):
         with pytest.raises((ValueError, TypeCheckError), match="batch_size"):
             evaluate(key, sphere, population, batch_size=bad)

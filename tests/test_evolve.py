@@ -1,4 +1,5 @@
 import functools
+import sys
 
 import equinox as eqx
 import hypothesis.strategies as st
@@ -8,8 +9,18 @@ import jax.random as jr
 import numpy as np
 import optax
 import pytest
-from helpers import Net, noisy_sphere, sphere, tree_equal
-from hypothesis import given
+from helpers import (
+    Net,
+    Rosenbrock,
+    mlp_genome,
+    mlp_regression,
+    noisy_sphere,
+    rosenbrock,
+    sphere,
+    transcendental,
+    tree_equal,
+)
+from hypothesis import given, settings
 
 import eqxevo
 from eqxevo import NonFiniteFitnessError, Strategy
@@ -21,8 +32,8 @@ def strategy_for(name: str, maximize: bool = False) -> Strategy:
     return Strategy(name, Net(key=jr.key(0)), 8, maximize=maximize)
 
 
-def hand_written_loop(strategy, fitness_fn, key, num_generations):
-    """The documented key schedule, one jitted call at a time."""
+def hand_written_loop(strategy, fitness_fn, key, num_generations, episodes="shared"):
+    """The documented key schedule, one jitted public call at a time."""
     init_key, run_key = jr.split(key)
     state = strategy.init(init_key)
     best = []
@@ -30,22 +41,147 @@ def hand_written_loop(strategy, fitness_fn, key, num_generations):
         ask_key, eval_key, tell_key = generation_keys(run_key, g)
         population, state = strategy.ask(ask_key, state)
         fitness, _ = eqxevo.evaluate(
-            eval_key, fitness_fn, population, filter_spec=strategy.filter_spec
+            eval_key,
+            fitness_fn,
+            population,
+            filter_spec=strategy.filter_spec,
+            maximize=strategy.maximize,
+            episodes=episodes,
         )
         state, metrics = strategy.tell(tell_key, population, fitness, state)
         best.append(metrics["best"])
     return state, np.asarray(best)
 
 
-@pytest.mark.parametrize("name", ["snes", "simple_ga", "differential_evolution"])
-def test_evolve_equals_hand_written_loop(name, key):
-    strategy = strategy_for(name)
-    result = eqxevo.evolve(key, strategy, noisy_sphere, num_generations=5, chunk_size=2)
-    state, best = hand_written_loop(strategy, noisy_sphere, key, 5)
+# Several algorithms (CMA_ES and Sep_CMA_ES included, two population-based), and
+# genomes and fitness functions the project's own tests do not otherwise use.
+ALGORITHMS = [
+    "SNES",
+    "PGPE",
+    "Open_ES",
+    "CMA_ES",
+    "Sep_CMA_ES",
+    "DifferentialEvolution",
+    "SimpleGA",
+    "PSO",
+]
+CASES = {
+    # genome, fitness, maximize
+    "rosenbrock-int-leaf": (Rosenbrock, rosenbrock, False),
+    "transcendental-aux": (lambda: Rosenbrock(5), transcendental, True),
+    "mlp-regression": (mlp_genome, mlp_regression, True),
+}
+
+
+@functools.cache
+def stranger(algorithm, case, population_size=8):
+    make_genome, fitness_fn, maximize = CASES[case]
+    strategy = Strategy(algorithm, make_genome(), population_size, maximize=maximize)
+    return strategy, fitness_fn
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_evolve_equals_hand_written_loop(algorithm, case, key):
+    strategy, fitness_fn = stranger(algorithm, case)
+    result = eqxevo.evolve(key, strategy, fitness_fn, num_generations=5, chunk_size=2)
+    state, best = hand_written_loop(strategy, fitness_fn, key, 5)
     assert tree_equal(result.state, state)
     np.testing.assert_array_equal(result.history["best"], best)
     np.testing.assert_array_equal(result.history["generation"], np.arange(5))
     assert tree_equal(result.best_genome, strategy.best(state))
+    again = eqxevo.evolve(key, strategy, fitness_fn, num_generations=5, chunk_size=3)
+    assert tree_equal(again.state, result.state)  # same key, other chunks: same bits
+
+
+@pytest.mark.parametrize("algorithm", ["SNES", "PGPE", "CMA_ES"])
+def test_evolve_with_per_genome_episodes_equals_hand_written_loop(algorithm, key):
+    strategy, fitness_fn = stranger(algorithm, "transcendental-aux")
+    result = eqxevo.evolve(
+        key, strategy, fitness_fn, num_generations=4, episodes="per_genome"
+    )
+    state, best = hand_written_loop(
+        strategy, fitness_fn, key, 4, episodes=strategy.episode_ids
+    )
+    assert tree_equal(result.state, state)
+    np.testing.assert_array_equal(result.history["best"], best)
+    shared = eqxevo.evolve(key, strategy, fitness_fn, num_generations=4)
+    assert not np.array_equal(shared.history["mean"], result.history["mean"])
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_num_seeds_equals_separate_runs_for_every_algorithm(algorithm, key):
+    strategy, fitness_fn = stranger(algorithm, "rosenbrock-int-leaf")
+    batched = eqxevo.evolve(
+        key, strategy, fitness_fn, num_generations=4, num_seeds=3, chunk_size=3
+    )
+    for k, seed_key in enumerate(jr.split(key, 3)):
+        single = eqxevo.evolve(seed_key, strategy, fitness_fn, num_generations=4)
+        assert tree_equal(
+            jax.tree.map(lambda x, k=k: x[k], batched.state), single.state
+        )
+        np.testing.assert_array_equal(
+            batched.history["best"][k], single.history["best"]
+        )
+
+
+class Shifted(eqx.Module):
+    """A fitness function holding an array: an environment variant, say."""
+
+    shift: jax.Array
+
+    def __call__(self, genome, key):
+        shifted = eqx.tree_at(lambda g: g.x, genome, genome.x - self.shift)
+        return transcendental(shifted, key)
+
+
+@pytest.mark.parametrize("algorithm", ["SNES", "CMA_ES", "Sep_CMA_ES", "SimpleGA"])
+def test_stacked_runs_equal_separate_runs(algorithm, key):
+    # Runs that differ in array values only: initial genome, a strategy
+    # parameter (population-based ones have none to vary here), the fitness's
+    # own array. One program, each run bit-identical to a run of its own.
+    base = Rosenbrock(5)
+    genomes = [eqx.tree_at(lambda g: g.x, base, base.x + 0.3 * r) for r in range(3)]
+    params = [
+        None if algorithm == "SimpleGA" else {"std_init": jnp.float32(0.2 + 0.1 * r)}
+        for r in range(3)
+    ]
+    strategies = [
+        Strategy(algorithm, g, 8, maximize=True, params=p)
+        for g, p in zip(genomes, params, strict=True)
+    ]
+    fns = [Shifted(jnp.float32(0.1 * r)) for r in range(3)]
+    keys = jr.split(key, 3)
+    result = eqxevo.evolve(
+        keys,
+        eqxevo.stack_runs(strategies),
+        eqxevo.stack_runs(fns),
+        num_generations=4,
+        chunk_size=3,
+        runs=3,
+    )
+    assert result.history["best"].shape == (3, 4)
+    for r in range(3):
+        single = eqxevo.evolve(keys[r], strategies[r], fns[r], num_generations=4)
+        assert tree_equal(jax.tree.map(lambda x, r=r: x[r], result.state), single.state)
+        np.testing.assert_array_equal(result.history["best"][r], single.history["best"])
+        np.testing.assert_array_equal(
+            result.history["aux"]["peak"][r], single.history["aux"]["peak"]
+        )
+
+
+def test_stack_runs_refuses_runs_that_need_their_own_program(key):
+    a = Strategy("SNES", Rosenbrock(5), 8)
+    with pytest.raises(ValueError, match="differs from tree 0"):
+        eqxevo.stack_runs([a, Strategy("SNES", Rosenbrock(5), 16)])
+    with pytest.raises(ValueError, match="differs from tree 0"):
+        eqxevo.stack_runs([a, Strategy("CMA_ES", Rosenbrock(5), 8)])
+    with pytest.raises(ValueError, match="leading axis 2"):
+        eqxevo.evolve(jr.split(key, 2), a, rosenbrock, num_generations=1, runs=2)
+    with pytest.raises(ValueError, match="2 typed keys"):
+        eqxevo.evolve(
+            key, eqxevo.stack_runs([a, a]), rosenbrock, num_generations=1, runs=2
+        )
 
 
 @given(chunk_size=st.integers(1, 8))
@@ -61,25 +197,14 @@ def test_evolve_does_not_depend_on_chunk_size(chunk_size):
     assert tree_equal(result.history, reference.history)
 
 
-@pytest.mark.parametrize("name", ["snes", "simple_ga"])
-def test_num_seeds_equals_separate_runs(name, key):
-    strategy = strategy_for(name)
+def test_num_seeds_results_carry_a_seed_axis_and_share_static_leaves(key):
+    strategy = strategy_for("simple_ga")
     batched = eqxevo.evolve(key, strategy, noisy_sphere, num_generations=4, num_seeds=3)
     assert batched.history["best"].shape == (3, 4)
+    assert batched.history["aux"]["norm"].shape == (3, 4)
     assert batched.best_fitness.shape == (3,)
     assert batched.best_genome.weight.shape == (3, 3, 2)
     assert batched.best_genome.edges.shape == (5,)  # static stays shared
-    for k, seed_key in enumerate(jr.split(key, 3)):
-        single = eqxevo.evolve(seed_key, strategy, noisy_sphere, num_generations=4)
-        assert tree_equal(
-            jax.tree.map(lambda x, k=k: x[k], batched.state), single.state
-        )
-        np.testing.assert_array_equal(
-            batched.history["best"][k], single.history["best"]
-        )
-        np.testing.assert_array_equal(
-            batched.history["aux"]["norm"][k], single.history["aux"]["norm"]
-        )
 
 
 def test_evolve_compiles_once_across_generations_and_calls(key):
@@ -350,4 +475,210 @@ def test_evolve_checks_multi_fidelity_and_batch_size(key):
     with pytest.raises(ValueError, match="num_promoted=9 must be at most"):
         eqxevo.evolve(key, strategy, too_many, num_generations=1)
     with pytest.raises(ValueError, match="batch_size"):
-        eqxevo.evolve(key, strategy, sphere, num_generations=1, batch_size=1)
+        eqxevo.evolve(key, strategy, sphere, num_generations=1, batch_size=0)
+
+
+# -- regressions of issue 11 ------------------------------------------------------
+
+
+def test_a_short_last_chunk_or_run_reuses_the_compiled_program(key):
+    strategy = Strategy("snes", Net(key=key), 6)
+    eqxevo.evolve(key, strategy, sphere, num_generations=10, chunk_size=5)
+    before = eqx.debug.get_num_traces(_run_chunk)
+    # fewer generations than one chunk, and a resumed run: the same program
+    result = eqxevo.evolve(key, strategy, sphere, num_generations=3, chunk_size=5)
+    eqxevo.evolve(
+        key, strategy, sphere, num_generations=2, chunk_size=5, state=result.state
+    )
+    assert eqx.debug.get_num_traces(_run_chunk) == before
+
+
+def test_callback_can_stop_the_loop_after_its_chunk(key):
+    strategy = strategy_for("snes")
+    seen = []
+
+    def stop_at_six(chunk):
+        seen.append(chunk.generation)
+        return chunk.generation >= 6
+
+    result = eqxevo.evolve(
+        key, strategy, sphere, num_generations=20, chunk_size=3, callback=stop_at_six
+    )
+    assert seen == [3, 6]
+    assert result.stopped
+    assert int(result.state.generation) == 6
+    np.testing.assert_array_equal(result.history["generation"], np.arange(6))
+    full = eqxevo.evolve(key, strategy, sphere, num_generations=6, chunk_size=3)
+    assert tree_equal(result.state, full.state)  # the chunk in flight was dropped
+
+
+def test_host_work_on_a_chunk_overlaps_the_next_chunk(key, monkeypatch):
+    # The order of events: chunk k + 1 is dispatched before chunk k reaches the
+    # callback, so the device runs while the host works.
+    events = []
+    evolve_module = sys.modules["eqxevo.evolve"]
+    real = evolve_module._run_chunk
+
+    def recording(*args, **kwargs):
+        events.append("dispatch")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(evolve_module, "_run_chunk", recording)
+    eqxevo.evolve(
+        key,
+        strategy_for("snes"),
+        sphere,
+        num_generations=9,
+        chunk_size=3,
+        callback=lambda chunk: events.append(f"host {chunk.generation}"),
+    )
+    assert events == ["dispatch", "dispatch", "host 3", "dispatch", "host 6", "host 9"]
+
+
+def test_a_state_of_another_strategy_is_refused(key):
+    small = Strategy("snes", Rosenbrock(5), 16)
+    large = Strategy("snes", Rosenbrock(5), 32)
+    with pytest.raises(
+        ValueError, match=r"not made by this strategy.*population_size=32"
+    ):
+        eqxevo.evolve(key, large, rosenbrock, num_generations=1, state=small.init(key))
+    with pytest.raises(ValueError, match="not made by this strategy"):
+        large.ask(key, small.init(key))
+    cma = Strategy("CMA_ES", Rosenbrock(5), 16)
+    with pytest.raises(ValueError, match="made by SNES"):
+        eqxevo.evolve(key, cma, rosenbrock, num_generations=1, state=small.init(key))
+    # a single-seed state handed to a 3-seed run
+    with pytest.raises(ValueError, match="3 seeds"):
+        eqxevo.evolve(
+            key,
+            small,
+            rosenbrock,
+            num_generations=1,
+            num_seeds=3,
+            state=small.init(key),
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"params": {"std_init": -1.0}}, "std_init"),
+        ({"params": {"std_init": float("nan")}}, "std_init"),
+        ({"params": {"std_init": float("inf")}}, "std_init"),
+        ({"init_scale": float("nan")}, "init_scale"),
+        ({"init_scale": 0.0}, "init_scale"),
+        ({"init_scale": float("inf")}, "init_scale"),
+    ],
+)
+def test_bad_scales_are_refused_by_name(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Strategy("snes", Rosenbrock(5), 8, **kwargs)
+
+
+def test_population_of_one_where_the_algorithm_allows_it(key):
+    strategy = Strategy("HillClimbing", Rosenbrock(5), 1)
+    result = eqxevo.evolve(key, strategy, rosenbrock, num_generations=3)
+    assert result.history["best"].shape == (3,)
+    with pytest.raises(ValueError, match="population_size=1 is rejected by PGPE"):
+        Strategy("PGPE", Rosenbrock(5), 1)
+
+
+def test_population_based_initial_state_holds_no_nan_under_any_shaping(key):
+    # The state before the first tell is built without running evosax's fitness
+    # shaping on placeholder values (normalize of all-inf fitness was NaN).
+    from evosax.core.fitness_shaping import normalize_fitness_shaping_fn
+
+    strategy = Strategy(
+        "DifferentialEvolution",
+        Rosenbrock(5),
+        8,
+        fitness_shaping_fn=normalize_fitness_shaping_fn,
+    )
+    state = strategy.init(key)
+    for leaf in jax.tree.leaves(state.inner):
+        if jnp.issubdtype(leaf.dtype, jnp.floating):
+            assert not np.isnan(np.asarray(leaf)).any()
+    result = eqxevo.evolve(key, strategy, explode_rosenbrock, num_generations=4)
+    assert np.isfinite(float(result.best_fitness))
+
+
+def explode_rosenbrock(genome, key):
+    value = rosenbrock(genome, key)
+    return jnp.where(genome.x[0] > -0.9, jnp.nan, value)
+
+
+aux_leaves = st.sampled_from(
+    [
+        1.5,
+        3,
+        True,
+        np.float32(2.0),
+        np.int64(7),
+        "a label",
+        None,
+        "array-f32",
+        "array-i32",
+        "array-bool",
+        "vector",
+    ]
+)
+
+
+def _aux_leaf(kind, genome):
+    x = genome.weight[0, 0]
+    return (
+        {
+            "array-f32": jnp.sin(x),
+            "array-i32": jnp.int32(3) + (x > 0).astype(jnp.int32),
+            "array-bool": x > 0,
+            "vector": jnp.stack([x, 2 * x]),
+        }.get(kind, kind)
+        if isinstance(kind, str)
+        else kind
+    )
+
+
+@settings(max_examples=min(6, settings().max_examples))  # each example compiles
+@given(leaves=st.dictionaries(st.sampled_from("abcde"), aux_leaves, max_size=4))
+def test_aux_pytrees_of_every_leaf_kind_reach_the_history(leaves):
+    def fitness(genome, key):
+        aux = {k: _aux_leaf(v, genome) for k, v in leaves.items()}
+        return sphere(genome, key), {"nested": (aux, [1.0])}
+
+    result = eqxevo.evolve(
+        jr.key(0), strategy_for("snes"), fitness, num_generations=3, chunk_size=2
+    )
+    history_aux = result.history["aux"]["nested"][0]
+    for k, v in leaves.items():
+        got = history_aux[k]
+        if isinstance(v, str) and v.startswith(("array", "vector")):
+            assert got.shape[0] == 3  # one per generation
+        elif isinstance(v, str) or v is None:
+            assert got == v  # static leaves pass through
+        else:
+            np.testing.assert_array_equal(got, np.full(3, v))
+    np.testing.assert_array_equal(result.history["aux"]["nested"][1][0], [1.0] * 3)
+
+
+def test_no_module_loops_over_generations_but_evolve():
+    # "One loop": nothing in the package or the scripts calls evolve inside a
+    # Python for/while loop (a loop over chunks or generations of its own).
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    offenders = []
+    for path in [*root.glob("eqxevo/**/*.py"), *root.glob("scripts/*.py")]:
+        if path.name == "evolve.py" and path.parent.name == "eqxevo":
+            continue  # the loop itself (over chunks)
+        tree = ast.parse(path.read_text())
+        for loop in ast.walk(tree):
+            if not isinstance(loop, ast.For | ast.While):
+                continue
+            for node in ast.walk(loop):
+                if isinstance(node, ast.Call):
+                    f = node.func
+                    name = getattr(f, "id", getattr(f, "attr", None))
+                    if name in ("evolve", "generation_step", "_run_chunk"):
+                        offenders.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not offenders, f"loops over evolve: {offenders}"

@@ -7,6 +7,7 @@
     eqxevo bench --only traces              # trace dtype drift
     eqxevo bench --only breakdown           # where an L0 step's time goes
     eqxevo bench --only pallas              # fused Pallas kernel vs XLA (GPU)
+    eqxevo bench --only bits                # same bits across batch sizes, devices
 
 Writes to `--out` (default `bench-out/`): `milestones.json`, `ratios.csv`,
 `cartpole.csv`, `scaling.csv` + `scaling.png`, `cache.json`, `layouts*.csv`,
@@ -32,6 +33,7 @@ PARTS = (
     "layouts",
     "traces",
     "pallas",
+    "bits",
 )
 # "pallas" costs nothing without a GPU (one "not measured" row per point)
 DEFAULT_PARTS = ("milestones", "breakdown", "cartpole", "scaling", "cache", "pallas")
@@ -89,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     from . import common
     from .report import write_report
 
-    parts = args.only or ((*DEFAULT_PARTS, "traces") if args.quick else DEFAULT_PARTS)
+    parts = args.only or (
+        (*DEFAULT_PARTS, "traces", "bits") if args.quick else DEFAULT_PARTS
+    )
     meta = common.machine_info()
     print(f"# eqxevo bench on {meta}", flush=True)
     out: Path = args.out
@@ -106,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         "layouts": _layouts,
         "traces": _traces,
         "pallas": _pallas,
+        "bits": _bits,
     }
     failed = []
     for part in PARTS:
@@ -337,6 +342,25 @@ def _traces(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
             ],
         )
     )
+    return records
+
+
+def _bits(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
+    from .bits import run_bits
+    from .common import write_records
+
+    print("bits across batch sizes and device counts (subprocess)...", flush=True)
+    records = run_bits(args.quick)
+    for r in records:
+        gap = r["max_relative_fitness_gap"]
+        print(
+            f"  {r['milestone']} T={r['lifetime']:6d} {r['episodes']:10s} "
+            f"{r['variant']:13s} "
+            + ("identical" if not gap else f"fitness differs (relative {gap:.2g})")
+            + f"; differing leaves: {r['differing_leaves']}",
+            flush=True,
+        )
+    write_records(args.out, "bits", meta, records)
     return records
 
 

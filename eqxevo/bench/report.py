@@ -216,6 +216,29 @@ def write_report(results: dict[str, Any], out: Path) -> str:
                 ],
             ),
         ]
+    if results.get("bits"):
+        bits = results["bits"]
+        same = sum(r["differing_leaves"] == "none" for r in bits)
+        lines += [
+            "",
+            "## Bits across batch sizes and device counts",
+            "",
+            f"{same} of {len(bits)} evaluations identical to the whole-population, "
+            "one-device evaluation in every leaf (fitness and aux); see "
+            "docs/reproducibility.md.",
+            "",
+            table(
+                bits,
+                [
+                    "milestone",
+                    "lifetime",
+                    "episodes",
+                    "variant",
+                    "fitness_identical",
+                    "differing_leaves",
+                ],
+            ),
+        ]
     if results.get("pallas"):
         from .fused import PALLAS_COLUMNS
 

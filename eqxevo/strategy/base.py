@@ -40,12 +40,16 @@ class StrategyState(eqx.Module):
         best_flat: the best genome seen so far, flattened.
         best_fitness: its fitness in evosax's sign (lower is better); +inf until
             a finite fitness has been told.
+        made_by: the evosax algorithm and population size that made the state
+            (static), so a state is never handed to another strategy whose
+            state happens to have the same shapes.
     """
 
     inner: Any
     generation: IntScalar
     best_flat: FlatGenome
     best_fitness: Scalar
+    made_by: tuple[str, int] = eqx.field(static=True, default=("", 0))
 
 
 def strongly_typed(tree: Any) -> Any:

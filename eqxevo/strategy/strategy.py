@@ -393,7 +393,10 @@ class Strategy(eqx.Module):
         treedef, leaves = self._state_signature
         got_treedef, got_leaves = state_signature(state)
         problem = None
-        if got_treedef != treedef:
+        if state.made_by != self._made_by:
+            name, size = state.made_by
+            problem = f"it was made by {name} with population_size={size}"
+        elif got_treedef != treedef:
             problem = "its structure differs (another algorithm?)"
         else:
             paths = [jtu.keystr(p) for p, _ in jtu.tree_flatten_with_path(state)[0]]
@@ -417,6 +420,10 @@ class Strategy(eqx.Module):
             )
 
     # -- properties ---------------------------------------------------------------
+
+    @property
+    def _made_by(self) -> tuple[str, int]:
+        return (type(self.algorithm).__name__, self.population_size)
 
     @property
     def algorithm(self) -> "EvolutionaryAlgorithm":
@@ -462,6 +469,7 @@ class Strategy(eqx.Module):
             generation=jnp.zeros((), jnp.int32),
             best_flat=self.initial_flat,
             best_fitness=jnp.asarray(jnp.inf, fitness_dtype(self.layout.dtype)),
+            made_by=self._made_by,
         )
 
     @eqx.filter_jit
@@ -568,6 +576,7 @@ class Strategy(eqx.Module):
             generation=state.generation + 1,
             best_flat=jnp.where(improved, flat[index], state.best_flat),
             best_fitness=jnp.where(improved, archive[index], state.best_fitness),
+            made_by=state.made_by,
         )
         metrics = fitness_summary(fitness, nonfinite, self.maximize)
         metrics["best_so_far"] = self._to_user(new_state.best_fitness)
