@@ -35,8 +35,8 @@ from typing import Any
 import equinox as eqx
 import jax.numpy as jnp
 
-from .._types import Array, Bool, Float, PRNGKey, Scalar
-from .base import AbstractEnv, EnvParams, EnvState
+from .._types import Array, Float, PRNGKey
+from .base import AbstractEnv, EnvParams, EnvState, StepResult
 from .params import AbstractParams, non_negative, param, positive
 
 EnvNoise = Any
@@ -155,12 +155,21 @@ class AbstractArenaParams(AbstractParams):
     detection_floor: Float[Array, ""] = positive(1e-3)
 
 
+class AbstractArenaState(eqx.Module):
+    """An arena environment's state: where the body is, which way it faces."""
+
+    position: Float[Array, "2"]
+    heading: Float[Array, ""]
+
+
 class AbstractArenaEnv(AbstractEnv):
     """An environment whose agent is a body in the 2-D arena.
 
     Beyond `AbstractEnv`, members provide what pictures and reference
     implementations need: `field_names`, `fields`, `position`, `heading`,
-    `arena_half`, `landmarks`, `sample_noise` and `transition`. Their `step` is
+    `arena_half`, `landmarks`, `sample_noise` and `transition` (`position`,
+    `heading` and `arena_half` read an `AbstractArenaState` and an
+    `AbstractArenaParams`). Their `step` is
     `transition(state, action, params, sample_noise(key, params))`.
 
     Every member takes `traced_param_checks` (keyword, default False): check
@@ -177,17 +186,17 @@ class AbstractArenaEnv(AbstractEnv):
     ) -> Float[Array, "n fields"]:
         """Every field's value at `points` in `state` (noise-free)."""
 
-    @abc.abstractmethod
-    def position(self, state: EnvState) -> Float[Array, "2"]:
+    def position(self, state: AbstractArenaState) -> Float[Array, "2"]:
         """Where the body is."""
+        return state.position
 
-    @abc.abstractmethod
-    def heading(self, state: EnvState) -> Float[Array, ""]:
+    def heading(self, state: AbstractArenaState) -> Float[Array, ""]:
         """Which way the body faces (radians)."""
+        return state.heading
 
-    @abc.abstractmethod
-    def arena_half(self, params: EnvParams) -> Float[Array, ""]:
+    def arena_half(self, params: AbstractArenaParams) -> Float[Array, ""]:
         """Half the side of the square arena."""
+        return params.arena_half
 
     @abc.abstractmethod
     def landmarks(self, state: EnvState) -> Float[Array, "fields m 2"]:
@@ -209,9 +218,7 @@ class AbstractArenaEnv(AbstractEnv):
         action: Float[Array, " action"],
         params: EnvParams,
         noise: EnvNoise,
-    ) -> tuple[
-        Float[Array, " obs"], EnvState, Scalar, Bool[Array, ""], dict[str, Array]
-    ]:
+    ) -> StepResult:
         """The deterministic step given its random draws."""
 
     def step(
@@ -220,15 +227,14 @@ class AbstractArenaEnv(AbstractEnv):
         state: EnvState,
         action: Float[Array, " action"],
         params: EnvParams,
-    ) -> tuple[
-        Float[Array, " obs"], EnvState, Scalar, Bool[Array, ""], dict[str, Array]
-    ]:
+    ) -> StepResult:
         return self.transition(state, action, params, self.sample_noise(key, params))
 
 
 __all__ = [
     "AbstractArenaEnv",
     "AbstractArenaParams",
+    "AbstractArenaState",
     "check_count",
     "distances",
     "drive",

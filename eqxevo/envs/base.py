@@ -36,6 +36,10 @@ from .._types import Array, Bool, Float, PRNGKey, Scalar
 
 EnvParams = Any
 EnvState = Any
+StepResult = tuple[
+    Float[Array, " obs"], EnvState, Scalar, Bool[Array, ""], dict[str, Array]
+]
+"""What `step` returns: `(obs, state, reward, done, info)`."""
 
 
 def traced_param_checks(enabled: bool = True) -> None:
@@ -78,7 +82,5 @@ class AbstractEnv(eqx.Module):
         state: EnvState,
         action: Float[Array, " action"],
         params: EnvParams,
-    ) -> tuple[
-        Float[Array, " obs"], EnvState, Scalar, Bool[Array, ""], dict[str, Array]
-    ]:
+    ) -> StepResult:
         """Advance one step: `(obs, state, reward, done, info)`."""

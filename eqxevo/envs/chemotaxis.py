@@ -32,10 +32,11 @@ import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 
-from .._types import Array, Bool, Float, Int, PRNGKey, Scalar
+from .._types import Array, Float, Int, PRNGKey
 from .arena import (
     AbstractArenaEnv,
     AbstractArenaParams,
+    AbstractArenaState,
     Points,
     drive,
     exponential_field,
@@ -43,6 +44,7 @@ from .arena import (
     reflect,
     sensor_points,
 )
+from .base import StepResult
 from .params import count, non_negative, positive
 
 
@@ -73,11 +75,9 @@ class ChemotaxisParams(AbstractArenaParams):
     )
 
 
-class ChemotaxisState(eqx.Module):
+class ChemotaxisState(AbstractArenaState):
     """State of `Chemotaxis`."""
 
-    position: Float[Array, "2"]
-    heading: Float[Array, ""]
     source: Float[Array, "2"]
     source_velocity: Float[Array, "2"]
     time: Int[Array, ""]
@@ -165,9 +165,7 @@ class Chemotaxis(AbstractArenaEnv):
         action: Float[Array, " action"],
         params: ChemotaxisParams,
         noise: ChemotaxisNoise,
-    ) -> tuple[
-        Float[Array, " obs"], ChemotaxisState, Scalar, Bool[Array, ""], dict[str, Array]
-    ]:
+    ) -> StepResult:
         position, heading = drive(
             state.position,
             state.heading,
@@ -203,15 +201,6 @@ class Chemotaxis(AbstractArenaEnv):
         return exponential_field(points, state.source[None], ones, params.length_scale)[
             :, None
         ]
-
-    def position(self, state: ChemotaxisState) -> Float[Array, "2"]:
-        return state.position
-
-    def heading(self, state: ChemotaxisState) -> Float[Array, ""]:
-        return state.heading
-
-    def arena_half(self, params: ChemotaxisParams) -> Float[Array, ""]:
-        return params.arena_half
 
     def landmarks(self, state: ChemotaxisState) -> Float[Array, "1 1 2"]:
         return state.source[None, None]

@@ -36,10 +36,11 @@ import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 
-from .._types import Array, Bool, Float, Int, PRNGKey, Scalar
+from .._types import Array, Float, Int, PRNGKey
 from .arena import (
     AbstractArenaEnv,
     AbstractArenaParams,
+    AbstractArenaState,
     Points,
     check_count,
     distances,
@@ -48,6 +49,7 @@ from .arena import (
     log_sensor,
     sensor_points,
 )
+from .base import StepResult
 from .params import count, fraction, non_negative, param, positive
 
 
@@ -111,6 +113,52 @@ def consume(
     return jnp.sum(eaten, axis=-1), amounts
 
 
+def move_and_eat(
+    position: Float[Array, "2"],
+    heading: Float[Array, ""],
+    patches: Float[Array, "k m 2"],
+    amounts: Float[Array, "k m"],
+    action: Float[Array, " action"],
+    params: AbstractFeedingParams,
+) -> tuple[
+    Float[Array, "2"], Float[Array, ""], Float[Array, " k"], Float[Array, "k m"]
+]:
+    """Drive, then eat at the new position: `(position, heading, intake, amounts)`."""
+    position, heading = drive(
+        position,
+        heading,
+        action,
+        params.max_speed,
+        params.axle_length,
+        params.arena_half,
+    )
+    intake, amounts = consume(
+        position,
+        patches,
+        amounts,
+        params.eat_radius,
+        params.eat_rate,
+        params.regrowth_rate,
+    )
+    return position, heading, intake, amounts
+
+
+def patch_fields(
+    points: Points,
+    patches: Float[Array, "k m 2"],
+    amounts: Float[Array, "k m"],
+    length_scale: Float[Array, ""],
+) -> Float[Array, "n k"]:
+    """Every resource's field at `points` (noise-free)."""
+    return jnp.stack(
+        [
+            exponential_field(points, patches[k], amounts[k], length_scale)
+            for k in range(patches.shape[0])
+        ],
+        axis=-1,
+    )
+
+
 def homeostasis(
     reserves: Float[Array, " k"], setpoint: Float[Array, ""]
 ) -> Float[Array, ""]:
@@ -154,11 +202,9 @@ def layout(
     return 2 * math.pi * u[size] - math.pi, patches, u[size + 1]
 
 
-class ForagingState(eqx.Module):
+class ForagingState(AbstractArenaState):
     """State of `Foraging`."""
 
-    position: Float[Array, "2"]
-    heading: Float[Array, ""]
     reserves: Float[Array, " k"]
     patches: Float[Array, "k m 2"]
     amounts: Float[Array, "k m"]
@@ -255,24 +301,9 @@ class Foraging(AbstractArenaEnv):
         action: Float[Array, " action"],
         params: ForagingParams,
         noise: ForagingNoise,
-    ) -> tuple[
-        Float[Array, " obs"], ForagingState, Scalar, Bool[Array, ""], dict[str, Array]
-    ]:
-        position, heading = drive(
-            state.position,
-            state.heading,
-            action,
-            params.max_speed,
-            params.axle_length,
-            params.arena_half,
-        )
-        intake, amounts = consume(
-            position,
-            state.patches,
-            state.amounts,
-            params.eat_radius,
-            params.eat_rate,
-            params.regrowth_rate,
+    ) -> StepResult:
+        position, heading, intake, amounts = move_and_eat(
+            state.position, state.heading, state.patches, state.amounts, action, params
         )
         reserves = jnp.clip(
             state.reserves + params.nutrition * intake - params.metabolic_rate,
@@ -299,24 +330,7 @@ class Foraging(AbstractArenaEnv):
     def fields(
         self, state: ForagingState, params: ForagingParams, points: Points
     ) -> Float[Array, "n k"]:
-        return jnp.stack(
-            [
-                exponential_field(
-                    points, state.patches[k], state.amounts[k], params.length_scale
-                )
-                for k in range(self.num_resources)
-            ],
-            axis=-1,
-        )
-
-    def position(self, state: ForagingState) -> Float[Array, "2"]:
-        return state.position
-
-    def heading(self, state: ForagingState) -> Float[Array, ""]:
-        return state.heading
-
-    def arena_half(self, params: ForagingParams) -> Float[Array, ""]:
-        return params.arena_half
+        return patch_fields(points, state.patches, state.amounts, params.length_scale)
 
     def landmarks(self, state: ForagingState) -> Float[Array, "k m 2"]:
         return state.patches
@@ -330,5 +344,7 @@ __all__ = [
     "consume",
     "homeostasis",
     "layout",
+    "move_and_eat",
+    "patch_fields",
     "sense_fields",
 ]

@@ -34,13 +34,15 @@ import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 
-from .._types import Array, Bool, Float, Int, PRNGKey, Scalar
-from .arena import AbstractArenaEnv, Points, check_count, drive, exponential_field
+from .._types import Array, Float, Int, PRNGKey
+from .arena import AbstractArenaEnv, AbstractArenaState, Points, check_count
+from .base import StepResult
 from .foraging import (
     AbstractFeedingParams,
-    consume,
     homeostasis,
     layout,
+    move_and_eat,
+    patch_fields,
     sense_fields,
 )
 from .params import count, fraction, non_negative, param
@@ -73,7 +75,7 @@ class LongHorizonParams(AbstractFeedingParams):
     episode_length: Int[Array, ""] = count(20000)
 
 
-class LongHorizonState(eqx.Module):
+class LongHorizonState(AbstractArenaState):
     """State of `LongHorizon`.
 
     Attributes:
@@ -82,8 +84,6 @@ class LongHorizonState(eqx.Module):
         time: steps since the lifetime began (deaths do not reset it).
     """
 
-    position: Float[Array, "2"]
-    heading: Float[Array, ""]
     energy: Float[Array, ""]
     patches: Float[Array, "2 m 2"]
     amounts: Float[Array, "2 m"]
@@ -193,28 +193,9 @@ class LongHorizon(AbstractArenaEnv):
         action: Float[Array, " action"],
         params: LongHorizonParams,
         noise: LongHorizonNoise,
-    ) -> tuple[
-        Float[Array, " obs"],
-        LongHorizonState,
-        Scalar,
-        Bool[Array, ""],
-        dict[str, Array],
-    ]:
-        position, heading = drive(
-            state.position,
-            state.heading,
-            action,
-            params.max_speed,
-            params.axle_length,
-            params.arena_half,
-        )
-        intake, amounts = consume(
-            position,
-            state.patches,
-            state.amounts,
-            params.eat_radius,
-            params.eat_rate,
-            params.regrowth_rate,
+    ) -> StepResult:
+        position, heading, intake, amounts = move_and_eat(
+            state.position, state.heading, state.patches, state.amounts, action, params
         )
         good_is_a = state.good == 0
         nourishing = jnp.where(good_is_a, intake[0], intake[1])
@@ -264,15 +245,7 @@ class LongHorizon(AbstractArenaEnv):
     def fields(
         self, state: LongHorizonState, params: LongHorizonParams, points: Points
     ) -> Float[Array, "n 2"]:
-        return jnp.stack(
-            [
-                exponential_field(
-                    points, state.patches[k], state.amounts[k], params.length_scale
-                )
-                for k in range(NUM_RESOURCES)
-            ],
-            axis=-1,
-        )
+        return patch_fields(points, state.patches, state.amounts, params.length_scale)
 
     def field_labels(self, state: LongHorizonState) -> tuple[str, ...]:
         good = int(state.good)
@@ -280,15 +253,6 @@ class LongHorizon(AbstractArenaEnv):
             f"{name} ({'nourishing' if k == good else 'harmful'})"
             for k, name in enumerate(self.field_names)
         )
-
-    def position(self, state: LongHorizonState) -> Float[Array, "2"]:
-        return state.position
-
-    def heading(self, state: LongHorizonState) -> Float[Array, ""]:
-        return state.heading
-
-    def arena_half(self, params: LongHorizonParams) -> Float[Array, ""]:
-        return params.arena_half
 
     def landmarks(self, state: LongHorizonState) -> Float[Array, "k m 2"]:
         return state.patches
