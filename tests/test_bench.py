@@ -239,7 +239,8 @@ def test_importing_the_harness_changes_no_jax_setting():
     script = (
         "import jax; before = dict(jax.config.values)\n"
         "import eqxevo.bench.cli, eqxevo.bench.cartpole, eqxevo.bench.cache, "
-        "eqxevo.bench.scaling, eqxevo.bench.fidelity, eqxevo.bench.spawn\n"
+        "eqxevo.bench.scaling, eqxevo.bench.fidelity, eqxevo.bench.spawn, "
+        "eqxevo.bench.fused\n"
         "eqxevo.bench.cli.parser().parse_args([])\n"
         "assert dict(jax.config.values) == before\n"
         "assert not hasattr(jax, 'tree_map')\n"

@@ -21,7 +21,7 @@ import jax.random as jr
 import numpy as np
 
 from .._types import PRNGKey
-from ..evolve import Chunk, evolve
+from ..evolve import Chunk, evolve, initial_state
 from ..experiment import build
 from ..fidelity import MultiFidelity
 from ..rollout import rollout
@@ -97,8 +97,7 @@ def fidelity_curves(
             )
         )(means)
 
-    seed_keys = jr.split(key, seeds)
-    start = eqx.filter_vmap(lambda k: strategy.init(jr.split(k)[0]))(seed_keys)
+    start = initial_state(key, strategy, num_seeds=seeds)
     rows: list[dict[str, Any]] = []
     for name, fitness_fn in variants.items():
         curve = _Curve(name, test_fitness, population_size * full_steps, rows)
