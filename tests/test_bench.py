@@ -97,14 +97,7 @@ def test_report_says_by_how_much_a_target_is_missed(tmp_path):
     from eqxevo.bench.report import targets, write_report
 
     results = {
-        "machine": {
-            "device_kind": "cpu",
-            "backend": "cpu",
-            "num_devices": 1,
-            "cpu_count": 2,
-            "jax": "x",
-            "load_average": [0, 0, 0],
-        },
+        "machine": bench.machine_info(),
         "quick": False,
         "milestones": [
             {
@@ -125,7 +118,7 @@ def test_report_says_by_how_much_a_target_is_missed(tmp_path):
     assert rows["CartPole: eqxevo / EvoJAX SimManager >= 1.5"] == "met"
     assert rows["L0 agent-steps/s, all cores >= 2e6"] == "missed by 2.00x"
     text = write_report(results, tmp_path)
-    assert "missed by 1.90x" in text
+    assert "missed by 1.90x" in text and f"jax {jax.__version__}" in text
     assert (tmp_path / "report.md").read_text() == text
 
 
@@ -188,8 +181,17 @@ def test_numpy_baseline_plays_the_episode_evaluate_gives_every_genome(quick_l0):
 def test_python_loops_report_that_they_match_evaluate(quick_l0):
     built, population = quick_l0
     env, params = built.env, built.env_params
-    for run in (baselines.python_step_loop, baselines.python_scan_loop):
-        record = run(population, env, params, jr.key(3), num_genomes=2, num_steps=5)
+    for jitted in ("step", "scan"):
+        record = baselines.python_loop(
+            population,
+            env,
+            params,
+            jr.key(3),
+            jitted=jitted,
+            num_genomes=2,
+            num_steps=5,
+        )
+        assert record["baseline"] == f"python_{jitted}_loop"
         assert record["matches_evaluate"] is True
         assert record["measured_on"] == "2 genomes x 5 steps"
 

@@ -37,14 +37,7 @@ def test_without_a_gpu_every_point_is_reported_not_measured(tmp_path):
         written = list(csv.DictReader(f))
     assert [r["skipped"] for r in written] == [bench.NEEDS_GPU] * len(grid)
     assert [int(r["num_neurons"]) for r in written] == [p["num_neurons"] for p in grid]
-    machine = {
-        "device_kind": "cpu",
-        "backend": "cpu",
-        "num_devices": 1,
-        "cpu_count": 2,
-        "jax": "x",
-        "load_average": [0, 0, 0],
-    }
+    machine = bench.machine_info()
     text = write_report({"machine": machine, "quick": True, "pallas": rows}, tmp_path)
     section = text.split("## Fused Pallas kernel vs XLA layouts")[1]
     assert section.count("needs a GPU: not measured") == len(grid)

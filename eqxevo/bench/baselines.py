@@ -8,10 +8,10 @@ against eqxevo's (`matches_evaluate`, `matches_evolve`: equal to float32
 rounding; not bit for bit, the programs differ). Each reports agent-steps per
 second:
 
-- `python_step_loop`: a Python loop over genomes and steps around one jitted
-  step (eqxevo's own rollout step).
-- `python_scan_loop`: a Python loop over genomes, one jitted `lax.scan`
-  lifetime each (compiled once).
+- `python_step_loop` (`python_loop(jitted="step")`): a Python loop over
+  genomes and steps around one jitted step (eqxevo's own rollout step).
+- `python_scan_loop` (`python_loop(jitted="scan")`): a Python loop over
+  genomes, one jitted `lax.scan` lifetime each (compiled once).
 - `numpy_vectorised`: the L0 lifetime in NumPy float32, vectorised over the
   population (a `bincount` over population-global edge ids), on the episode's
   random draws (the layout and the sensor noise, drawn from the same keys).
@@ -30,8 +30,7 @@ depend on P, and barely on T.
 
 import math
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -71,44 +70,22 @@ def matches(values: Any, expected: Any) -> bool:
     return bool(np.allclose(values, expected, rtol=1e-4, atol=1e-4 * scale))
 
 
-def _python_loop(
-    name: str,
-    lifetime: Callable[[Any, jax.Array], jax.Array],
+def python_loop(
     population: Any,
     env: Any,
     env_params: Any,
     key: jax.Array,
     *,
-    num_genomes: int,
-    num_steps: int,
-    repeats: int,
-) -> dict[str, Any]:
-    """Time `lifetime(genome, episode_key)` over the first genomes, in Python."""
-
-    def run() -> list[jax.Array]:
-        episode = episode_key(key)
-        return [lifetime(_genome(population, i), episode) for i in range(num_genomes)]
-
-    _, wall, _ = time_call(run, repeats=repeats)
-    expected = _lifetimes(population, env, env_params, key, num_steps)[:num_genomes]
-    return {
-        "baseline": name,
-        "agent_steps_per_s": num_genomes * num_steps / wall,
-        "measured_on": f"{num_genomes} genomes x {num_steps} steps",
-        "matches_evaluate": matches(run(), expected),
-    }
-
-
-def python_step_loop(
-    population: Any,
-    env: Any,
-    env_params: Any,
-    key: jax.Array,
-    *,
+    jitted: Literal["step", "scan"],
     num_genomes: int,
     num_steps: int,
 ) -> dict[str, Any]:
-    """A Python loop over genomes and steps around one jitted step."""
+    """A Python loop over the first genomes, around one jitted step or lifetime.
+
+    `jitted="step"`: a Python loop over steps too, each a call of one jitted
+    step (eqxevo's own rollout step): `python_step_loop`. `jitted="scan"`: one
+    jitted `lax.scan` lifetime per genome (compiled once): `python_scan_loop`.
+    """
 
     @eqx.filter_jit
     def start(genome: Any, k: jax.Array) -> Any:
@@ -118,51 +95,30 @@ def python_step_loop(
     def step(genome: Any, keys: Any, carry: Any) -> Any:
         return _step(genome, env, env_params, keys, True, False, carry)[0]
 
-    def lifetime(genome: Any, k: jax.Array) -> jax.Array:
+    def step_by_step(genome: Any, k: jax.Array) -> jax.Array:
         carry, keys = start(genome, k)
         for _ in range(num_steps):
             carry = step(genome, keys, carry)
         return carry.total_reward
 
-    return _python_loop(
-        "python_step_loop",
-        lifetime,
-        population,
-        env,
-        env_params,
-        key,
-        num_genomes=num_genomes,
-        num_steps=num_steps,
-        repeats=1,
-    )
-
-
-def python_scan_loop(
-    population: Any,
-    env: Any,
-    env_params: Any,
-    key: jax.Array,
-    *,
-    num_genomes: int,
-    num_steps: int,
-) -> dict[str, Any]:
-    """A Python loop over genomes, each running one jitted scan lifetime."""
-
     @eqx.filter_jit
-    def lifetime(genome: Any, k: jax.Array) -> jax.Array:
+    def scanned(genome: Any, k: jax.Array) -> jax.Array:
         return rollout(k, genome, env, env_params, num_steps)[0]
 
-    return _python_loop(
-        "python_scan_loop",
-        lifetime,
-        population,
-        env,
-        env_params,
-        key,
-        num_genomes=num_genomes,
-        num_steps=num_steps,
-        repeats=2,
-    )
+    lifetime = {"step": step_by_step, "scan": scanned}[jitted]
+
+    def run() -> list[jax.Array]:
+        episode = episode_key(key)
+        return [lifetime(_genome(population, i), episode) for i in range(num_genomes)]
+
+    _, wall, _ = time_call(run, repeats=1 if jitted == "step" else 2)
+    expected = _lifetimes(population, env, env_params, key, num_steps)[:num_genomes]
+    return {
+        "baseline": f"python_{jitted}_loop",
+        "agent_steps_per_s": num_genomes * num_steps / wall,
+        "measured_on": f"{num_genomes} genomes x {num_steps} steps",
+        "matches_evaluate": matches(run(), expected),
+    }
 
 
 # -- NumPy, vectorised over the population (L0 chemotaxis, sparse rate net) ---------
@@ -397,6 +353,5 @@ __all__ = [
     "matches",
     "numpy_l0_lifetimes",
     "numpy_vectorised",
-    "python_scan_loop",
-    "python_step_loop",
+    "python_loop",
 ]

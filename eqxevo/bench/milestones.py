@@ -236,19 +236,21 @@ def l0_baselines(
     lifetime = record["lifetime"]
     eval_key = jr.key(3)
     out = [
-        baselines.python_step_loop(
+        baselines.python_loop(
             population,
             env,
             params,
             eval_key,
+            jitted="step",
             num_genomes=2,
             num_steps=min(lifetime, 20 if quick else 200),
         ),
-        baselines.python_scan_loop(
+        baselines.python_loop(
             population,
             env,
             params,
             eval_key,
+            jitted="scan",
             num_genomes=4 if quick else 16,
             num_steps=lifetime,
         ),
