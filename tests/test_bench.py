@@ -176,6 +176,11 @@ def test_numpy_baseline_plays_the_episode_evaluate_gives_every_genome(quick_l0):
     assert not baselines.matches(
         baselines.numpy_l0_lifetimes(population, params, other), expected
     )
+    record = baselines.numpy_vectorised(
+        population, env, params, key, num_steps=steps, repeats=1
+    )
+    assert record["matches_evaluate"] is True
+    assert record["mean_fitness"] == pytest.approx(float(np.mean(expected)), rel=1e-4)
 
 
 def test_python_loops_report_that_they_match_evaluate(quick_l0):

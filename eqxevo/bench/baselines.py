@@ -29,7 +29,6 @@ depend on P, and barely on T.
 """
 
 import math
-import time
 from typing import Any, Literal
 
 import equinox as eqx
@@ -267,13 +266,20 @@ def numpy_l0_lifetimes(
 
 
 def numpy_vectorised(
-    population: Any, env: Any, env_params: Any, key: jax.Array, *, num_steps: int
+    population: Any,
+    env: Any,
+    env_params: Any,
+    key: jax.Array,
+    *,
+    num_steps: int,
+    repeats: int = 3,
 ) -> dict[str, Any]:
-    """Agent-steps/s of `numpy_l0_lifetimes` on the whole population."""
+    """Agent-steps/s of `numpy_l0_lifetimes` on the whole population (median)."""
     draws = l0_draws(episode_key(key), num_steps)
-    start = time.perf_counter()
+    _, wall, _ = time_call(
+        lambda: numpy_l0_lifetimes(population, env_params, draws), repeats
+    )
     totals = numpy_l0_lifetimes(population, env_params, draws)
-    wall = time.perf_counter() - start
     expected = _lifetimes(population, env, env_params, key, num_steps)
     return {
         "baseline": "numpy_vectorised",

@@ -263,6 +263,7 @@ def l0_baselines(
                 params,
                 eval_key,
                 num_steps=min(lifetime, 50 if quick else 200),
+                repeats=record["repeats"],
             )
         )
     generations = record["generations_timed"]
