@@ -209,7 +209,7 @@ def _convert(owner: str, name: str, spec: Spec, value: Any) -> Array:
         wide = array.astype(np.float64)
         _check_value(owner, name, spec, wide, value)
         if not np.iinfo(np.int32).min <= wide <= np.iinfo(np.int32).max:
-            raise ValueError(f"{owner}: {name} must fit in int32; got {value!r}")
+            raise ValueError(f"{owner}: {name} must fit in int32; got {_show(value)}")
     stored = array.astype(np.dtype(spec.dtype))
     _check_value(owner, name, spec, stored, value)
     return jnp.asarray(stored)
@@ -249,7 +249,7 @@ def _check_value(
     array = np.asarray(value)
     whole = not spec.integer or array.dtype.kind != "f" or array == np.round(array)
     if bool(spec.outside(array)) or not whole:
-        shown = _show(value) if given is None else repr(given)
+        shown = _show(value if given is None else given)
         raise ValueError(f"{owner}: {name} must be {spec.allowed()}; got {shown}")
 
 
