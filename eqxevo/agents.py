@@ -20,7 +20,7 @@ treat them like any evolved network:
 Braitenberg, V. (1984). Vehicles: Experiments in Synthetic Psychology. MIT Press.
 
 Their fitness on L0 and L2 is documented in docs/environments.md
-(`python scripts/baselines.py` recomputes it).
+(`python examples/baselines.py` recomputes it).
 """
 
 from typing import Any
@@ -85,7 +85,7 @@ class BraitenbergAgent(AbstractPolicy):
         obs_size: observation size (>= 2); observations 0 and 1 are the left and
             right readings of the field to climb.
         gain: steering gain (default: the best of a grid on L0, see
-            `scripts/baselines.py`).
+            `examples/baselines.py`).
         base_speed: forward command, in [-1, 1] (default: likewise tuned).
     """
 
@@ -129,7 +129,7 @@ class ForagerAgent(AbstractPolicy):
     Arguments:
         num_resources: K (>= 1).
         gain: steering gain (default: the best of a grid on L2, see
-            `scripts/baselines.py`).
+            `examples/baselines.py`).
         base_speed: forward command, in [-1, 1] (default: likewise tuned).
     """
 
@@ -180,7 +180,7 @@ class TasteLearnerAgent(AbstractPolicy):
 
     Arguments:
         learning_rate: belief change per unit of taste (0: no learning; the
-            default is the best of a grid on L4, see `scripts/baselines.py`).
+            default is the best of a grid on L4, see `examples/baselines.py`).
         initial_belief: belief at birth (+1: A nourishes; 0: undecided).
         gain: steering gain (default: the L2 forager's).
         base_speed: forward command, in [-1, 1] (default: the L2 forager's).

@@ -3,12 +3,20 @@
 Each `*_step(state, action, params, noise)` takes NumPy dicts built from the
 JAX state/params/noise (`as_numpy`) and returns `(obs, state, reward, done,
 info)` as NumPy values, so property tests can compare the JAX step against it.
+`float_arrays` draws the states' arrays.
 """
 
 import math
 
+import hypothesis.extra.numpy as hnp
+import hypothesis.strategies as st
 import jax
 import numpy as np
+
+
+def float_arrays(shape, low, high):
+    """Hypothesis strategy: float32 arrays of `shape` with elements in [low, high]."""
+    return hnp.arrays(np.float32, shape, elements=st.floats(low, high, width=32))
 
 
 def as_numpy(module) -> dict:

@@ -1,9 +1,21 @@
-"""Smoke tests of the benchmark functions (tiny sizes; no timing is asserted)."""
+"""The benchmark functions at tiny sizes: what they compute, never how fast."""
 
+import subprocess
+import sys
+
+import jax
 import jax.random as jr
+import numpy as np
 import pytest
+from helpers import Net, noisy_sphere
 
+import eqxevo
 from eqxevo import bench
+from eqxevo.bench import baselines, spawn
+from eqxevo.bench.milestones import sample_population
+from eqxevo.bench.scaling import batch_memory
+from eqxevo.experiment import build
+from eqxevo.rollout import rollout
 
 
 def test_layout_throughput_reports_a_complete_record():
@@ -23,7 +35,8 @@ def test_layout_throughput_reports_a_complete_record():
         "gather",
         "dense",
     )
-    assert record["steps_per_s"] > 0 and record["cpu_steps_per_s"] > 0
+    assert record["steps_per_s"] == pytest.approx(4 * 5 / record["wall_s"])
+    assert record["cpu_steps_per_s"] == pytest.approx(4 * 5 / record["cpu_s"])
     # 32 edges: f32 weights + bf16 traces, plus neuron state and scalars
     assert record["trace_bytes"] == 32 * 2
     assert record["state_bytes"] > 32 * 6
@@ -84,14 +97,7 @@ def test_report_says_by_how_much_a_target_is_missed(tmp_path):
     from eqxevo.bench.report import targets, write_report
 
     results = {
-        "machine": {
-            "device_kind": "cpu",
-            "backend": "cpu",
-            "num_devices": 1,
-            "cpu_count": 2,
-            "jax": "x",
-            "load_average": [0, 0, 0],
-        },
+        "machine": bench.machine_info(),
         "quick": False,
         "milestones": [
             {
@@ -112,7 +118,8 @@ def test_report_says_by_how_much_a_target_is_missed(tmp_path):
     assert rows["CartPole: eqxevo / EvoJAX SimManager >= 1.5"] == "met"
     assert rows["L0 agent-steps/s, all cores >= 2e6"] == "missed by 2.00x"
     text = write_report(results, tmp_path)
-    assert "missed by 1.90x" in text and (tmp_path / "report.md").exists()
+    assert "missed by 1.90x" in text and f"jax {jax.__version__}" in text
+    assert (tmp_path / "report.md").read_text() == text
 
 
 def test_milestones_are_experiments_with_the_issue_sizes():
@@ -127,3 +134,168 @@ def test_milestones_are_experiments_with_the_issue_sizes():
     assert bench.milestone_experiment("L4").net.options["plasticity"]
     with pytest.raises(ValueError, match="milestone must be one of"):
         bench.milestone_experiment("L9")
+
+
+def test_report_lists_the_device_and_fidelity_targets():
+    from eqxevo.bench.report import targets
+
+    results = {
+        "devices": {
+            "median_by_devices": [
+                {"devices": 1, "agent_steps_per_s": 5e5, "speedup": 1.0},
+                {"devices": 2, "agent_steps_per_s": 7e5, "speedup": 1.4},
+            ]
+        },
+        "fidelity": {"agent_steps_ratio": 2.86},
+    }
+    rows = {r["target"]: r for r in targets(results)}
+    assert rows["L0 speed-up on 2 devices >= 1.7"]["status"] == "missed by 1.21x"
+    fidelity = rows["multi-fidelity: agent-steps per generation, full / multi >= 2.5"]
+    assert fidelity["value"] == 2.86 and fidelity["status"] == "met"
+
+
+# -- the baselines compute what evolve computes ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def quick_l0():
+    built = build(bench.milestone_experiment("L0", quick=True))
+    return built, sample_population(built)
+
+
+def test_numpy_baseline_plays_the_episode_evaluate_gives_every_genome(quick_l0):
+    built, population = quick_l0
+    env, params, key, steps = built.env, built.env_params, jr.key(3), 30
+    expected, _ = eqxevo.evaluate(
+        key, lambda g, k: rollout(k, g, env, params, steps)[0], population
+    )
+    draws = baselines.l0_draws(baselines.episode_key(key), steps)
+    totals = baselines.numpy_l0_lifetimes(population, params, draws)
+    np.testing.assert_allclose(totals, expected, rtol=1e-4, atol=1e-4 * steps)
+    other = baselines.l0_draws(jr.fold_in(key, 1), steps)  # a per-genome episode
+    assert not baselines.matches(
+        baselines.numpy_l0_lifetimes(population, params, other), expected
+    )
+    record = baselines.numpy_vectorised(
+        population, env, params, key, num_steps=steps, repeats=1
+    )
+    assert record["matches_evaluate"] is True
+    assert record["mean_fitness"] == pytest.approx(float(np.mean(expected)), rel=1e-4)
+
+
+def test_python_loops_report_that_they_match_evaluate(quick_l0):
+    built, population = quick_l0
+    env, params = built.env, built.env_params
+    for jitted in ("step", "scan"):
+        record = baselines.python_loop(
+            population,
+            env,
+            params,
+            jr.key(3),
+            jitted=jitted,
+            num_genomes=2,
+            num_steps=5,
+        )
+        assert record["baseline"] == f"python_{jitted}_loop"
+        assert record["matches_evaluate"] is True
+        assert record["measured_on"] == "2 genomes x 5 steps"
+
+
+@pytest.mark.parametrize("genome_keys", [False, True])
+def test_hand_fused_runs_evolve_s_schedule_on_shared_episodes(genome_keys):
+    # A key-dependent fitness: per-genome episodes would give other values.
+    strategy = eqxevo.Strategy("snes", Net(key=jr.key(0)), 8)
+    key = jr.key(5)
+    fused = baselines.hand_fused(
+        strategy,
+        noisy_sphere,
+        key,
+        num_generations=3,
+        repeats=1,
+        genome_keys=genome_keys,
+    )
+    history = eqxevo.evolve(
+        key, strategy, noisy_sphere, num_generations=3, chunk_size=3
+    ).history
+    np.testing.assert_allclose(fused["best"], history["best"], rtol=1e-5)
+    per_genome = eqxevo.evolve(
+        key,
+        strategy,
+        noisy_sphere,
+        num_generations=3,
+        chunk_size=3,
+        episodes="per_genome",
+    ).history
+    assert not np.allclose(fused["best"], per_genome["best"], rtol=1e-5)
+
+
+# -- children, curves, memory -------------------------------------------------------
+
+
+def test_spawn_measures_in_a_child_and_leaves_this_process_alone():
+    before = jax.device_count()
+    child = spawn.call("eqxevo.bench.common:machine_info", num_devices=2)
+    assert child.result["num_devices"] == 2 and child.result["backend"] == "cpu"
+    assert child.process_s >= child.startup_s > 0
+    assert jax.device_count() == before
+    with pytest.raises(spawn.ChildFailed, match="milestone_experiment on 1 device"):
+        spawn.call("eqxevo.bench.milestones:milestone_experiment", {"name": "L9"})
+
+
+def test_importing_the_harness_changes_no_jax_setting():
+    script = (
+        "import jax; before = dict(jax.config.values)\n"
+        "import eqxevo.bench.cli, eqxevo.bench.cartpole, eqxevo.bench.cache, "
+        "eqxevo.bench.scaling, eqxevo.bench.fidelity, eqxevo.bench.spawn, "
+        "eqxevo.bench.fused\n"
+        "eqxevo.bench.cli.parser().parse_args([])\n"
+        "assert dict(jax.config.values) == before\n"
+        "assert not hasattr(jax, 'tree_map')\n"
+        "print('unchanged')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "unchanged"
+
+
+def test_the_evojax_alias_lives_only_inside_its_block():
+    from eqxevo.bench.cartpole import _jax_tree_map_alias
+
+    assert not hasattr(jax, "tree_map")
+    with _jax_tree_map_alias():
+        assert jax.tree_map is jax.tree.map  # pyright: ignore[reportAttributeAccessIssue]
+    assert not hasattr(jax, "tree_map")
+
+
+def test_fidelity_curves_come_from_one_evolve_call_per_variant(monkeypatch):
+    from eqxevo.bench import fidelity
+
+    calls = []
+    real = fidelity.evolve
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["num_generations"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fidelity, "evolve", counted)
+    result = fidelity.fidelity_curves(
+        quick=True, generations=2, eval_every=1, seeds=1, test_episodes=2
+    )
+    assert calls == [2, 2]  # full, multi-fidelity: no loop over generations
+    rows = result["rows"]
+    full = [r["agent_steps"] for r in rows if r["variant"] == "full"]
+    multi = [r["agent_steps"] for r in rows if r["variant"] == "multi_fidelity"]
+    # P = 32, T = 100, proxy T = 10, k = 8
+    assert full == [0, 3200, 6400] and multi == [0, 1120, 2240]
+    assert result["agent_steps_ratio"] == pytest.approx(3200 / 1120)
+    assert [r["generation"] for r in rows] == [0, 1, 2] * 2
+    assert all(np.isfinite(r["test_fitness"]) for r in rows)
+
+
+def test_micro_batching_shrinks_the_planned_memory():
+    records = batch_memory(quick=True, batch_sizes=(None, 16, 4), repeats=1)
+    assert [r["batch_size"] for r in records] == [None, 16, 4]
+    temp = [r["temp_bytes"] for r in records]
+    assert temp[0] > temp[1] > temp[2]
+    assert records[0]["trace_bytes_per_genome"] == 16 * 16 * 4

@@ -1,12 +1,11 @@
 import equinox as eqx
-import hypothesis.extra.numpy as hnp
 import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given
-from reference_envs import as_numpy, foraging_step, wrap
+from reference_envs import as_numpy, float_arrays, foraging_step, wrap
 
 from eqxevo import testing
 from eqxevo.envs import Foraging, ForagingParams, ForagingState
@@ -31,10 +30,6 @@ params_strategy = st.builds(
     death_penalty=st.floats(0.0, 200.0),
     episode_length=st.integers(1, 50),
 )
-
-
-def float_arrays(shape, low, high):
-    return hnp.arrays(np.float32, shape, elements=st.floats(low, high, width=32))
 
 
 @given(

@@ -1,5 +1,4 @@
 import equinox as eqx
-import hypothesis.extra.numpy as hnp
 import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
@@ -7,7 +6,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 from hypothesis import given
-from reference_envs import as_numpy, long_horizon_step, wrap
+from reference_envs import as_numpy, float_arrays, long_horizon_step, wrap
 
 from eqxevo import rollout, testing
 from eqxevo.envs import LongHorizon, LongHorizonParams, LongHorizonState
@@ -30,10 +29,6 @@ params_strategy = st.builds(
     relocate_prob=st.floats(0.0, 1.0),
     episode_length=st.integers(1, 50),
 )
-
-
-def float_arrays(shape, low, high):
-    return hnp.arrays(np.float32, shape, elements=st.floats(low, high, width=32))
 
 
 @given(

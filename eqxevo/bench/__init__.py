@@ -5,16 +5,18 @@ Timings are reported as ratios against baselines run in the same process and
 are never asserted in tests.
 
 - `common`: machine info, timing, memory, tables and files;
+- `spawn`: one measurement in a child process (device count, JAX config);
 - `milestones`: L0/L2/L4 through `eqxevo.evolve`;
-- `baselines`: what one would write by hand, for the ratio table;
+- `baselines`: the same math written by hand, for the ratio table;
 - `cartpole`: eqxevo against evosax's GymnaxProblem and EvoJAX on CartPole;
-- `scaling`: curves against P, T, E, N; the persistent compilation cache;
+- `scaling`: curves against P, T, E, N, devices and batch size;
+- `cache`: the persistent compilation cache, cold against warm;
+- `fidelity`: multi-fidelity against full evaluation, per agent-step;
 - `nets`: network layouts and trace dtypes;
 - `fused`: the fused Pallas kernel against the XLA layouts (GPU only);
 - `cli`: the command line.
 
-Names load on first use, so `eqxevo bench` can set the CPU device count
-before JAX starts.
+Importing the package loads nothing else: names load on first use.
 """
 
 import importlib
@@ -28,6 +30,12 @@ _LAZY = {
     "MILESTONES": "milestones",
     "milestone_experiment": "milestones",
     "run_milestone": "milestones",
+    "time_milestone": "milestones",
+    "batch_memory": "scaling",
+    "device_scaling": "scaling",
+    "scaling_sweep": "scaling",
+    "compilation_cache": "cache",
+    "fidelity_curves": "fidelity",
     "LAYOUT_SIZES": "nets",
     "LAYOUT_DENSITIES": "nets",
     "best_and_auto": "nets",

@@ -1,18 +1,27 @@
 """What a researcher would write by hand, for the milestone's ratio table.
 
-Each baseline evaluates the same population on the same lifetime as `evolve`
-does, and reports agent-steps per second:
+Each baseline computes what `evolve` computes, by hand: the same population, the
+same lifetime and the same episodes. `evolve` evaluates with shared episodes
+(`episodes="shared"`): every genome of a generation plays the lifetime of key
+`fold_in(eval_key, 0)`. So does every baseline, and each checks its fitness
+against eqxevo's (`matches_evaluate`, `matches_evolve`: equal to float32
+rounding; not bit for bit, the programs differ). Each reports agent-steps per
+second:
 
-- `python_step_loop`: a Python loop over genomes and steps around one jitted
-  step (the step is eqxevo's own rollout step, so the math is identical and the
-  fitness is checked against `rollout`).
-- `python_scan_loop`: a Python loop over genomes, one jitted `lax.scan`
-  lifetime each (compiled once).
+- `python_step_loop` (`python_loop(jitted="step")`): a Python loop over
+  genomes and steps around one jitted step (eqxevo's own rollout step).
+- `python_scan_loop` (`python_loop(jitted="scan")`): a Python loop over
+  genomes, one jitted `lax.scan` lifetime each (compiled once).
 - `numpy_vectorised`: the L0 lifetime in NumPy float32, vectorised over the
-  population (a `bincount` over population-global edge ids; its own noise).
+  population (a `bincount` over population-global edge ids), on the episode's
+  random draws (the layout and the sensor noise, drawn from the same keys).
 - `hand_fused`: the best hand-written JAX program: raw evosax ask, `vmap` of
-  the lifetime, raw evosax tell, in one `jit` over a `lax.scan` of generations,
-  on flat parameter vectors (no eqxevo machinery at all).
+  the lifetime over the population with one episode key for all, raw evosax
+  tell, in one `jit` over a `lax.scan` of generations, on flat parameter
+  vectors (no eqxevo machinery at all).
+- `hand_fused_genome_keys`: the same, with every genome deriving the episode
+  key itself inside the vmap, as `eqxevo.evaluate` does (so the random draws
+  are computed per genome: what keeps its bits independent of batch size).
 
 The two Python loops are slow by design, so they time a few genomes and short
 lifetimes (`num_genomes`, `num_steps`): their rate per agent-step does not
@@ -20,8 +29,7 @@ depend on P, and barely on T.
 """
 
 import math
-import time
-from typing import Any
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -29,24 +37,54 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from ..evaluate import evaluate
 from ..rollout import _start, _step, rollout
 from .common import time_call
+
+
+def episode_key(eval_key: jax.Array) -> jax.Array:
+    """The key of the lifetime every genome plays: `evaluate`'s shared episode."""
+    return jr.fold_in(eval_key, 0)
 
 
 def _genome(population: Any, i: int) -> Any:
     return jax.tree.map(lambda x: x[i] if eqx.is_inexact_array(x) else x, population)
 
 
-def python_step_loop(
+def _lifetimes(
+    population: Any, env: Any, env_params: Any, key: jax.Array, num_steps: int
+) -> np.ndarray:
+    """What `evaluate` gives the population over `num_steps`-step lifetimes."""
+
+    def fitness(genome: Any, k: jax.Array) -> jax.Array:
+        return rollout(k, genome, env, env_params, num_steps)[0]
+
+    return np.asarray(evaluate(key, fitness, population)[0])
+
+
+def matches(values: Any, expected: Any) -> bool:
+    """Equal to float32 rounding (1e-4 of the largest magnitude)."""
+    values, expected = np.asarray(values), np.asarray(expected)
+    scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
+    return bool(np.allclose(values, expected, rtol=1e-4, atol=1e-4 * scale))
+
+
+def python_loop(
     population: Any,
     env: Any,
     env_params: Any,
     key: jax.Array,
     *,
+    jitted: Literal["step", "scan"],
     num_genomes: int,
     num_steps: int,
 ) -> dict[str, Any]:
-    """A Python loop over genomes and steps around one jitted step."""
+    """A Python loop over the first genomes, around one jitted step or lifetime.
+
+    `jitted="step"`: a Python loop over steps too, each a call of one jitted
+    step (eqxevo's own rollout step): `python_step_loop`. `jitted="scan"`: one
+    jitted `lax.scan` lifetime per genome (compiled once): `python_scan_loop`.
+    """
 
     @eqx.filter_jit
     def start(genome: Any, k: jax.Array) -> Any:
@@ -56,60 +94,29 @@ def python_step_loop(
     def step(genome: Any, keys: Any, carry: Any) -> Any:
         return _step(genome, env, env_params, keys, True, False, carry)[0]
 
-    def run() -> list[jax.Array]:
-        totals = []
-        for i in range(num_genomes):
-            genome = _genome(population, i)
-            carry, keys = start(genome, jr.fold_in(key, i))
-            for _ in range(num_steps):
-                carry = step(genome, keys, carry)
-            totals.append(carry.total_reward)
-        return totals
-
-    _, wall, _ = time_call(run, repeats=1)
-    totals = run()
-    expected = [
-        rollout(jr.fold_in(key, i), _genome(population, i), env, env_params, num_steps)[
-            0
-        ]
-        for i in range(num_genomes)
-    ]
-    return {
-        "baseline": "python_step_loop",
-        "agent_steps_per_s": num_genomes * num_steps / wall,
-        "measured_on": f"{num_genomes} genomes x {num_steps} steps",
-        "matches_rollout": bool(
-            np.allclose(np.asarray(totals), np.asarray(expected), rtol=1e-4, atol=1e-4)
-        ),
-    }
-
-
-def python_scan_loop(
-    population: Any,
-    env: Any,
-    env_params: Any,
-    key: jax.Array,
-    *,
-    num_genomes: int,
-    num_steps: int,
-) -> dict[str, Any]:
-    """A Python loop over genomes, each running one jitted scan lifetime."""
+    def step_by_step(genome: Any, k: jax.Array) -> jax.Array:
+        carry, keys = start(genome, k)
+        for _ in range(num_steps):
+            carry = step(genome, keys, carry)
+        return carry.total_reward
 
     @eqx.filter_jit
-    def lifetime(genome: Any, k: jax.Array) -> jax.Array:
+    def scanned(genome: Any, k: jax.Array) -> jax.Array:
         return rollout(k, genome, env, env_params, num_steps)[0]
 
-    def run() -> list[jax.Array]:
-        return [
-            lifetime(_genome(population, i), jr.fold_in(key, i))
-            for i in range(num_genomes)
-        ]
+    lifetime = {"step": step_by_step, "scan": scanned}[jitted]
 
-    _, wall, _ = time_call(run, repeats=2)
+    def run() -> list[jax.Array]:
+        episode = episode_key(key)
+        return [lifetime(_genome(population, i), episode) for i in range(num_genomes)]
+
+    _, wall, _ = time_call(run, repeats=1 if jitted == "step" else 2)
+    expected = _lifetimes(population, env, env_params, key, num_steps)[:num_genomes]
     return {
-        "baseline": "python_scan_loop",
+        "baseline": f"python_{jitted}_loop",
         "agent_steps_per_s": num_genomes * num_steps / wall,
         "measured_on": f"{num_genomes} genomes x {num_steps} steps",
+        "matches_evaluate": matches(run(), expected),
     }
 
 
@@ -134,13 +141,38 @@ def _edge_list(layout: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.asarray(layout.src), np.asarray(layout.dst), np.asarray(mask)
 
 
+def l0_draws(key: jax.Array, num_steps: int) -> dict[str, np.ndarray]:
+    """The random draws of the L0 lifetime `rollout(key, ...)` plays.
+
+    `rollout`'s key schedule (see `eqxevo.rollout`) and `Chemotaxis`'s draws:
+    `layout` (4 uniforms: heading, distance, bearing, drift direction) and
+    `noise` (`(num_steps + 1, 2)` standard normals: the sensors at reset, then
+    after each step).
+    """
+    init_key, run_key = jr.split(key)
+    reset_key, _ = jr.split(init_key)
+    env_keys, _, _ = jr.split(run_key, 3)
+    layout_key, noise_key = jr.split(reset_key)
+    layout = jr.uniform(layout_key, (4,), jnp.float32)
+    first = jr.normal(noise_key, (2,), jnp.float32)
+    steps = jax.vmap(lambda t: jr.normal(jr.fold_in(env_keys, t), (2,), jnp.float32))(
+        jnp.arange(num_steps)
+    )
+    return {
+        "layout": np.asarray(layout),
+        "noise": np.concatenate([np.asarray(first)[None], np.asarray(steps)]),
+    }
+
+
 def numpy_l0_lifetimes(
-    population: Any, env_params: Any, num_steps: int, seed: int = 0
+    population: Any, env_params: Any, draws: dict[str, np.ndarray]
 ) -> np.ndarray:
     """Total reward of every genome over one L0 lifetime, in NumPy float32.
 
     The same equations as `Chemotaxis` and `SparseRatePolicy` (fixed weights),
-    vectorised over the population; episodes do not reset (T <= episode length).
+    vectorised over the population, every genome on the episode `draws`
+    (`l0_draws`; T = `len(draws["noise"]) - 1` steps). Episodes do not reset
+    (T <= episode length).
     """
     f32 = np.float32
     p = {k: v.astype(f32) for k, v in _numpy_params(env_params).items()}
@@ -155,47 +187,46 @@ def numpy_l0_lifetimes(
     offset = (np.arange(size) * n)[:, None]
     gdst = (dst[None] + offset).ravel()
 
-    rng = np.random.default_rng(seed)
-    u = rng.random((size, 4), dtype=f32)
-    heading = (2 * math.pi * u[:, 0] - math.pi).astype(f32)
-    distance = p["source_min_distance"] + u[:, 1] * (
+    u, noise = draws["layout"].astype(f32), draws["noise"].astype(f32)
+    heading = np.full(size, 2 * math.pi * u[0] - math.pi, f32)
+    distance = p["source_min_distance"] + u[1] * (
         p["source_max_distance"] - p["source_min_distance"]
     )
-    source = np.stack(
-        [
-            distance * np.cos(2 * math.pi * u[:, 2]),
-            distance * np.sin(2 * math.pi * u[:, 2]),
-        ],
-        axis=1,
-    ).astype(f32)
-    velocity = p["drift_speed"] * np.stack(
-        [np.cos(2 * math.pi * u[:, 3]), np.sin(2 * math.pi * u[:, 3])], axis=1
-    ).astype(f32)
+    bearing, drift = 2 * math.pi * u[2], 2 * math.pi * u[3]
+    source = np.tile(
+        distance * np.array([np.cos(bearing), np.sin(bearing)], f32), (size, 1)
+    )
+    velocity = np.tile(
+        p["drift_speed"] * np.array([np.cos(drift), np.sin(drift)], f32), (size, 1)
+    )
     position = np.zeros((size, 2), f32)
 
-    def sense(position: np.ndarray, heading: np.ndarray, source: np.ndarray) -> Any:
+    def sense(
+        position: np.ndarray, heading: np.ndarray, source: np.ndarray, t: int
+    ) -> Any:
         readings = []
-        for side in (1.0, -1.0):
-            angle = heading + side * p["sensor_angle"]
+        for side, sign in enumerate((1.0, -1.0)):
+            angle = heading + sign * p["sensor_angle"]
             point = position + p["sensor_distance"] * np.stack(
                 [np.cos(angle), np.sin(angle)], axis=1
             )
             d = np.sqrt(np.sum((point - source) ** 2, axis=1))
             value = np.exp(-d / p["length_scale"])
-            noise = rng.standard_normal(size, dtype=f32)
             readings.append(
                 np.log(
-                    np.maximum(value + p["sensor_noise"] * noise, p["detection_floor"])
+                    np.maximum(
+                        value + p["sensor_noise"] * noise[t, side], p["detection_floor"]
+                    )
                 )
             )
         return np.stack(readings, axis=1).astype(f32)
 
-    obs = sense(position, heading, source)
+    obs = sense(position, heading, source, 0)
     potential = np.zeros((size, n), f32)
     rate = np.zeros((size, n), f32)
     total = np.zeros(size, f32)
     bound = p["arena_half"]
-    for _ in range(num_steps):
+    for t in range(len(noise) - 1):
         # network
         current = (
             np.bincount(
@@ -230,22 +261,32 @@ def numpy_l0_lifetimes(
         velocity = np.where(above | below, -velocity, velocity)
         d = np.sqrt(np.sum((position - source) ** 2, axis=1))
         total += np.exp(-d / p["reward_length"])
-        obs = sense(position, heading, source)
+        obs = sense(position, heading, source, t + 1)
     return total
 
 
 def numpy_vectorised(
-    population: Any, env_params: Any, *, num_steps: int
+    population: Any,
+    env: Any,
+    env_params: Any,
+    key: jax.Array,
+    *,
+    num_steps: int,
+    repeats: int = 3,
 ) -> dict[str, Any]:
-    """Agent-steps/s of `numpy_l0_lifetimes` on the whole population."""
-    start = time.perf_counter()
-    totals = numpy_l0_lifetimes(population, env_params, num_steps)
-    wall = time.perf_counter() - start
+    """Agent-steps/s of `numpy_l0_lifetimes` on the whole population (median)."""
+    draws = l0_draws(episode_key(key), num_steps)
+    _, wall, _ = time_call(
+        lambda: numpy_l0_lifetimes(population, env_params, draws), repeats
+    )
+    totals = numpy_l0_lifetimes(population, env_params, draws)
+    expected = _lifetimes(population, env, env_params, key, num_steps)
     return {
         "baseline": "numpy_vectorised",
         "agent_steps_per_s": totals.shape[0] * num_steps / wall,
         "measured_on": f"{totals.shape[0]} genomes x {num_steps} steps",
         "mean_fitness": float(np.mean(totals)),
+        "matches_evaluate": matches(totals, expected),
     }
 
 
@@ -259,12 +300,20 @@ def hand_fused(
     *,
     num_generations: int,
     repeats: int,
+    genome_keys: bool = False,
 ) -> dict[str, Any]:
     """raw evosax ask -> vmap(lifetime) -> raw evosax tell, one jit over a scan.
 
-    Uses the strategy's evosax algorithm and params directly on flat vectors; the
-    population's genomes are rebuilt from flat vectors inside the vmap (the only
-    eqxevo piece used).
+    Uses the strategy's evosax algorithm and params directly on flat vectors,
+    on `evolve`'s key schedule (`eqxevo.generation_keys`); the population's
+    genomes are rebuilt from flat vectors inside the vmap (the only eqxevo piece
+    used). Every genome plays the shared episode: one key for the population,
+    or with `genome_keys` derived by each genome inside the vmap, as `evaluate`
+    does.
+
+    Returns:
+        A record with `generation_s`, `compile_s` and `best`, the best fitness
+        of every generation (to compare with `evolve`'s `history["best"]`).
     """
     algorithm, params = strategy.algorithm, strategy.params
     flat, layout = strategy.initial_flat, strategy.layout
@@ -274,6 +323,12 @@ def hand_fused(
         out = fitness_fn(layout.unflatten(x), k)
         return out[0] if isinstance(out, tuple) else out
 
+    def population_fitness(xs: jax.Array, eval_key: jax.Array) -> jax.Array:
+        if genome_keys:
+            ids = jnp.zeros((xs.shape[0],), jnp.int32)
+            return jax.vmap(lambda x, i: lifetime(x, jr.fold_in(eval_key, i)))(xs, ids)
+        return jax.vmap(lifetime, in_axes=(0, None))(xs, episode_key(eval_key))
+
     @jax.jit
     def run(key: jax.Array) -> Any:
         init_key, run_key = jr.split(key)
@@ -282,24 +337,27 @@ def hand_fused(
         def generation(state: Any, g: jax.Array) -> Any:
             ask_key, eval_key, tell_key = jr.split(jr.fold_in(run_key, g), 3)
             xs, state = algorithm.ask(ask_key, state, params)
-            fitness = jax.vmap(lifetime)(xs, jr.split(eval_key, xs.shape[0]))
+            fitness = population_fitness(xs, eval_key)
             state, _ = algorithm.tell(tell_key, xs, sign * fitness, state, params)
-            return state, jnp.max(fitness)
+            return state, jnp.max(fitness) if strategy.maximize else jnp.min(fitness)
 
         return jax.lax.scan(generation, state, jnp.arange(num_generations))
 
     compile_s, wall, _ = time_call(lambda: run(key)[1], repeats)
     return {
-        "baseline": "hand_fused",
+        "baseline": "hand_fused_genome_keys" if genome_keys else "hand_fused",
         "generation_s": wall / num_generations,
         "compile_s": compile_s - wall,
+        "best": np.asarray(run(key)[1]).tolist(),
     }
 
 
 __all__ = [
+    "episode_key",
     "hand_fused",
+    "l0_draws",
+    "matches",
     "numpy_l0_lifetimes",
     "numpy_vectorised",
-    "python_scan_loop",
-    "python_step_loop",
+    "python_loop",
 ]

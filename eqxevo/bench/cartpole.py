@@ -15,10 +15,14 @@ generation = ask, evaluate the population, tell:
 
 A side that cannot run (a package missing, an error) is reported with the
 reason. eqxevo and EvoJAX use every device (EvoJAX pmaps over them, eqxevo
-shards the population); evosax's problem runs on one.
+shards the population); evosax's problem runs on one. `eqxevo bench` runs the
+comparison in a child process exposing one CPU device per core
+(`bench.spawn`), so the harness's own process keeps JAX as it found it.
 """
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -115,6 +119,24 @@ def evosax_cartpole(
     }
 
 
+@contextlib.contextmanager
+def _jax_tree_map_alias() -> Iterator[None]:
+    """Lend EvoJAX `jax.tree_map` while its calls run.
+
+    EvoJAX 0.2.17 merges its per-device results with `jax.tree_map`, which JAX
+    0.10 removed. The alias exists only inside this block (and `eqxevo bench`
+    runs the CartPole comparison in a child process of its own).
+    """
+    if hasattr(jax, "tree_map"):
+        yield
+        return
+    jax.tree_map = jax.tree.map  # pyright: ignore[reportAttributeAccessIssue]
+    try:
+        yield
+    finally:
+        del jax.tree_map  # pyright: ignore[reportAttributeAccessIssue]
+
+
 def evojax_cartpole(
     population_size: int, num_steps: int, *, num_generations: int, repeats: int
 ) -> dict[str, Any]:
@@ -125,10 +147,6 @@ def evojax_cartpole(
     from evojax.sim_mgr import SimManager
     from evojax.task.cartpole import CartPoleSwingUp
 
-    if not hasattr(jax, "tree_map"):
-        # EvoJAX 0.2.17 merges its per-device results with `jax.tree_map`, which
-        # JAX 0.10 removed; give it the alias (only EvoJAX calls it).
-        jax.tree_map = jax.tree.map  # pyright: ignore[reportAttributeAccessIssue]
     quiet = logging.getLogger("evojax-bench")
     quiet.setLevel(logging.ERROR)
     train = CartPoleSwingUp(max_steps=num_steps, harder=False, test=False)
@@ -156,10 +174,11 @@ def evojax_cartpole(
 
     def generations(count: int) -> Any:
         scores = None
-        for _ in range(count):
-            params = solver.ask()
-            scores, _ = sim.eval_params(params=params, test=False)
-            solver.tell(fitness=scores)
+        with _jax_tree_map_alias():
+            for _ in range(count):
+                params = solver.ask()
+                scores, _ = sim.eval_params(params=params, test=False)
+                solver.tell(fitness=scores)
         return scores
 
     start = time.perf_counter()

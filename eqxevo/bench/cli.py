@@ -2,6 +2,9 @@
 
     eqxevo bench --milestone all            # L0, L2, L4 + CartPole + scaling + cache
     eqxevo bench --quick                    # the CI smoke run (< 2 minutes)
+    eqxevo bench --only devices             # L0 on 1 vs all CPU devices, in rounds
+    eqxevo bench --only fidelity            # multi-fidelity vs full evaluation (long)
+    eqxevo bench --only batching            # micro-batching: memory per block size
     eqxevo bench --milestone L0 --trace tr  # also a jax.profiler trace of L0
     eqxevo bench --only layouts             # network layout sweep (long)
     eqxevo bench --only traces              # trace dtype drift
@@ -15,6 +18,12 @@ Writes to `--out` (default `bench-out/`): `milestones.json`, `ratios.csv`,
 info) and
 `report.md`: the ratio table against the targets, saying by how much a missed
 target is missed.
+
+The harness's own process leaves JAX as it finds it (one CPU device): figures
+on several devices (`sharded`, CartPole, `devices`) and the compilation cache
+are measured in child processes (`bench.spawn`) that expose `--devices` CPU
+devices. `devices`, `fidelity` and `batching` write `devices.json`,
+`fidelity.csv` + `fidelity.png` and `batching.csv`.
 """
 
 import argparse
@@ -30,6 +39,9 @@ PARTS = (
     "cartpole",
     "scaling",
     "cache",
+    "devices",
+    "fidelity",
+    "batching",
     "layouts",
     "traces",
     "pallas",
@@ -68,25 +80,23 @@ def parser() -> argparse.ArgumentParser:
         "--devices",
         type=int,
         default=None,
-        help="CPU devices to expose (default: one per core; sharded figures use "
-        "them all)",
+        help="CPU devices of the child processes that measure sharded figures "
+        "(default: one per core)",
     )
     return p
 
 
-def _setup_devices(count: int | None) -> None:
-    import jax
-
-    n = count if count is not None else (os.cpu_count() or 1)
-    # Only affects the CPU platform; must run before JAX starts its backends.
-    jax.config.update("jax_num_cpu_devices", max(1, n))
+def _devices(args: argparse.Namespace) -> int:
+    """How many CPU devices the children of sharded figures expose."""
+    return args.devices or os.cpu_count() or 1
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.repeats < 1:
         parser().error(f"--repeats must be >= 1; got {args.repeats}")
-    _setup_devices(args.devices)
+    if args.devices is not None and args.devices < 1:
+        parser().error(f"--devices must be >= 1; got {args.devices}")
 
     from . import common
     from .report import write_report
@@ -98,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# eqxevo bench on {meta}", flush=True)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    meta["child_devices"] = _devices(args)
     results: dict[str, Any] = {"machine": meta, "quick": args.quick}
     start = time.perf_counter()
 
@@ -107,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         "cartpole": _cartpole,
         "scaling": _scaling,
         "cache": _cache,
+        "devices": _devices_part,
+        "fidelity": _fidelity,
+        "batching": _batching,
         "layouts": _layouts,
         "traces": _traces,
         "pallas": _pallas,
@@ -143,7 +157,12 @@ def _milestones(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
     records = []
     for name in names:
         print(f"milestone {name}...", flush=True)
-        record = run_milestone(name, quick=args.quick, repeats=args.repeats)
+        record = run_milestone(
+            name,
+            quick=args.quick,
+            repeats=args.repeats,
+            sharded_devices=_devices(args),
+        )
         records.append(record)
         sharded = record.get("sharded", {}).get("agent_steps_per_s")
         print(
@@ -215,11 +234,15 @@ def _breakdown(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
 
 
 def _cartpole(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
-    from .cartpole import cartpole_comparison
+    from . import spawn
     from .common import table, write_records
 
-    print("cartpole...", flush=True)
-    rows = cartpole_comparison(quick=args.quick, repeats=args.repeats)
+    print(f"cartpole (a child process, {_devices(args)} devices)...", flush=True)
+    rows = spawn.call(
+        "eqxevo.bench.cartpole:cartpole_comparison",
+        {"quick": args.quick, "repeats": args.repeats},
+        num_devices=_devices(args),
+    ).result
     write_records(args.out, "cartpole", meta, rows)
     print(
         table(
@@ -255,7 +278,7 @@ def _scaling(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
 def _cache(args: argparse.Namespace, meta: dict[str, Any]) -> dict:
     import json
 
-    from .scaling import compilation_cache
+    from .cache import compilation_cache
 
     print("compilation cache (two child processes)...", flush=True)
     record = compilation_cache(quick=args.quick)
@@ -269,6 +292,60 @@ def _cache(args: argparse.Namespace, meta: dict[str, Any]) -> dict:
         flush=True,
     )
     return record
+
+
+def _devices_part(args: argparse.Namespace, meta: dict[str, Any]) -> dict:
+    from .common import table, write_records
+    from .scaling import device_scaling
+
+    counts = sorted({1, _devices(args)})
+    print(f"devices {counts} (child processes)...", flush=True)
+
+    def log(r: dict[str, Any]) -> None:
+        print(
+            f"  round {r['round']} devices={r['devices']}: "
+            f"{r['agent_steps_per_s']:.3g} agent-steps/s (load {r['load_1min']})",
+            flush=True,
+        )
+
+    result = device_scaling(
+        quick=args.quick, devices=counts, repeats=args.repeats, log=log
+    )
+    write_records(args.out, "devices", meta, result["median_by_devices"])
+    print(
+        table(result["median_by_devices"], ["devices", "agent_steps_per_s", "speedup"])
+    )
+    return result
+
+
+def _fidelity(args: argparse.Namespace, meta: dict[str, Any]) -> dict:
+    from .common import write_records
+    from .fidelity import fidelity_curves, plot_fidelity
+
+    print("multi-fidelity vs full evaluation...", flush=True)
+    result = fidelity_curves(quick=args.quick)
+    write_records(args.out, "fidelity", meta, result["rows"])
+    plot_fidelity(result, args.out / "fidelity.png")
+    per = result["agent_steps_per_generation"]
+    print(
+        f"  agent-steps per generation: full {per['full']}, multi-fidelity "
+        f"{per['multi_fidelity']} ({result['agent_steps_ratio']:.2f}x fewer)",
+        flush=True,
+    )
+    for name, values in result["final_test_fitness"].items():
+        print(f"  final test fitness, {name}: {[round(v, 4) for v in values]}")
+    return {k: v for k, v in result.items() if k != "rows"}
+
+
+def _batching(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
+    from .common import table, write_records
+    from .scaling import batch_memory
+
+    print("micro-batching...", flush=True)
+    records = batch_memory(quick=args.quick, repeats=args.repeats)
+    write_records(args.out, "batching", meta, records)
+    print(table(records, ["batch_size", "temp_bytes", "argument_bytes", "wall_s"]))
+    return records
 
 
 def _layouts(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:

@@ -8,16 +8,18 @@ Each milestone is an ordinary experiment (`eqxevo.config.Experiment`), built by
 - `generation_s`: median over repeats of a steady call, per generation
   (`evolve` returns on the host, so every repeat is complete);
 - `agent_steps_per_s`: P T / `generation_s`;
-- `sharded`: the same with the population split over every device (on a CPU,
-  `eqxevo bench` makes one device per core, so this is the all-cores figure);
+- `sharded`: the same with the population split over `sharded_devices` CPU
+  devices, measured in a child process that exposes them (`bench.spawn`; by
+  default one per core: the all-cores figure);
 - memory: the device allocator's peak where there is one, else the process's
   peak RSS, plus XLA's planned bytes for one generation's evaluation.
 
-With `baselines=True` (L0 by default) the same population and lifetime also run
-through the hand-written alternatives of `bench.baselines`, reported as ratios.
+With `baselines_too=True` (L0 by default) the same population and lifetime also
+run through the hand-written alternatives of `bench.baselines`, reported as
+ratios; each plays `evolve`'s episodes and checks its fitness against eqxevo's.
 """
 
-import dataclasses
+import os
 import time
 from typing import Any
 
@@ -30,7 +32,7 @@ from ..config import Experiment, from_dict
 from ..evaluate import evaluate
 from ..evolve import evolve
 from ..experiment import Built, build
-from . import baselines
+from . import baselines, spawn
 from .common import peak_memory, program_bytes, time_call
 
 MILESTONES: dict[str, dict[str, Any]] = {
@@ -127,6 +129,36 @@ def evaluation_bytes(built: Built) -> dict[str, int] | None:
     )
 
 
+def time_milestone(
+    name: str,
+    *,
+    quick: bool,
+    num_generations: int,
+    repeats: int,
+    sharded: bool,
+) -> dict[str, Any]:
+    """`time_evolve` on milestone `name`, over every device if `sharded`.
+
+    Meant for a child process that exposes the devices (`bench.spawn`).
+    """
+    built = build(milestone_experiment(name, quick=quick))
+    mesh = None
+    if sharded:
+        from ..sharding import population_mesh
+
+        mesh = population_mesh()
+    timing = time_evolve(
+        built, num_generations=num_generations, repeats=repeats, mesh=mesh
+    )
+    p, t = built.strategy.population_size, built.experiment.run.lifetime
+    return {
+        "num_devices": jax.device_count() if sharded else 1,
+        **timing,
+        "agent_steps_per_s": p * t / timing["generation_s"],
+        "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
+
+
 def run_milestone(
     name: str,
     *,
@@ -134,8 +166,13 @@ def run_milestone(
     baselines_too: bool | None = None,
     repeats: int = 3,
     num_generations: int | None = None,
+    sharded_devices: int | None = None,
 ) -> dict[str, Any]:
-    """Time milestone `name`; returns one record (see the module docstring)."""
+    """Time milestone `name`; returns one record (see the module docstring).
+
+    `sharded_devices` (default: one per CPU core) > 1 adds the `sharded`
+    figure, from a child process with that many devices.
+    """
     experiment = milestone_experiment(name, quick=quick)
     built = build(experiment)
     p = built.strategy.population_size
@@ -162,17 +199,19 @@ def run_milestone(
         **peak_memory(),
         "evaluation_program": evaluation_bytes(built),
     }
-    if jax.device_count() > 1 and p % jax.device_count() == 0:
-        from ..sharding import population_mesh
-
-        sharded = time_evolve(
-            built, num_generations=generations, repeats=repeats, mesh=population_mesh()
-        )
-        record["sharded"] = {
-            "num_devices": jax.device_count(),
-            **sharded,
-            "agent_steps_per_s": p * t / sharded["generation_s"],
-        }
+    devices = sharded_devices or os.cpu_count() or 1
+    if devices > 1 and p % devices == 0:
+        record["sharded"] = spawn.call(
+            "eqxevo.bench.milestones:time_milestone",
+            {
+                "name": name,
+                "quick": quick,
+                "num_generations": generations,
+                "repeats": repeats,
+                "sharded": True,
+            },
+            num_devices=devices,
+        ).result
     do_baselines = (name == "L0") if baselines_too is None else baselines_too
     if do_baselines:
         record["baselines"] = l0_baselines(built, record, quick=quick)
@@ -183,67 +222,76 @@ def run_milestone(
 def l0_baselines(
     built: Built, record: dict[str, Any], *, quick: bool
 ) -> list[dict[str, Any]]:
-    """The hand-written alternatives on the same population, with ratios."""
+    """The hand-written alternatives on the same population and episodes.
+
+    Every baseline evaluates `sample_population(built)` on the episode
+    `evaluate(eval_key, ...)` gives every genome (shared episodes, as `evolve`
+    evaluates) and checks its fitness against eqxevo's; the hand-fused programs
+    run `evolve`'s whole schedule and check their per-generation best against
+    `evolve`'s history. Ratios are `evolve`'s agent-steps/s over the baseline's.
+    """
     strategy = built.strategy
     population = sample_population(built)
     env, params = built.env, built.env_params
     lifetime = record["lifetime"]
-    ours = record["agent_steps_per_s"]
-    out = []
-    short = min(lifetime, 20 if quick else 200)
-    out.append(
-        baselines.python_step_loop(
-            population, env, params, jr.key(3), num_genomes=2, num_steps=short
-        )
-    )
-    out.append(
-        baselines.python_scan_loop(
+    eval_key = jr.key(3)
+    out = [
+        baselines.python_loop(
             population,
             env,
             params,
-            jr.key(3),
+            eval_key,
+            jitted="step",
+            num_genomes=2,
+            num_steps=min(lifetime, 20 if quick else 200),
+        ),
+        baselines.python_loop(
+            population,
+            env,
+            params,
+            eval_key,
+            jitted="scan",
             num_genomes=4 if quick else 16,
             num_steps=lifetime,
-        )
-    )
+        ),
+    ]
     if built.experiment.env.name == "chemotaxis":
         out.append(
             baselines.numpy_vectorised(
-                population, params, num_steps=min(lifetime, 50 if quick else 200)
+                population,
+                env,
+                params,
+                eval_key,
+                num_steps=min(lifetime, 50 if quick else 200),
+                repeats=record["repeats"],
             )
         )
-    fused = baselines.hand_fused(
+    generations = record["generations_timed"]
+    history = evolve(
+        built.key,
         strategy,
         built.fitness,
-        built.key,
-        num_generations=record["generations_timed"],
-        repeats=record["repeats"],
-    )
-    fused["agent_steps_per_s"] = (
-        record["population_size"] * lifetime / fused["generation_s"]
-    )
-    out.append(fused)
+        num_generations=generations,
+        chunk_size=generations,
+    ).history
+    for genome_keys in (False, True):
+        fused = baselines.hand_fused(
+            strategy,
+            built.fitness,
+            built.key,
+            num_generations=generations,
+            repeats=record["repeats"],
+            genome_keys=genome_keys,
+        )
+        fused["agent_steps_per_s"] = (
+            record["population_size"] * lifetime / fused["generation_s"]
+        )
+        fused["matches_evolve"] = baselines.matches(fused.pop("best"), history["best"])
+        out.append(fused)
+    ours = record["agent_steps_per_s"]
     for b in out:
         b["evolve_over_baseline"] = ours / b["agent_steps_per_s"]
     return out
-
-
-def config_of(record: dict[str, Any]) -> dict[str, Any]:
-    """The experiment a record timed, as a TOML-able dict."""
-    experiment = milestone_experiment(record["milestone"], quick=record["quick"])
-    return dataclasses.asdict(experiment)
-
-
-__all__ = [
-    "MILESTONES",
-    "QUICK_SIZES",
-    "evaluation_bytes",
-    "l0_baselines",
-    "l0_breakdown",
-    "milestone_experiment",
-    "run_milestone",
-    "time_evolve",
-]
 
 
 # -- where an L0 step's time goes -----------------------------------------------------
@@ -337,3 +385,17 @@ def l0_breakdown(*, quick: bool = False, repeats: int = 3) -> list[dict[str, Any
             }
         )
     return rows
+
+
+__all__ = [
+    "MILESTONES",
+    "QUICK_SIZES",
+    "evaluation_bytes",
+    "l0_baselines",
+    "l0_breakdown",
+    "milestone_experiment",
+    "run_milestone",
+    "sample_population",
+    "time_evolve",
+    "time_milestone",
+]

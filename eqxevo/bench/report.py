@@ -101,6 +101,28 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         if l0.get("quick"):
             label += " (quick sizes: not comparable)"
         rows.append(_target(label, figure, 2e6, True))
+    devices = results.get("devices")
+    if devices:
+        speedups = [r["speedup"] for r in devices["median_by_devices"] if r["speedup"]]
+        most = max(r["devices"] for r in devices["median_by_devices"])
+        rows.append(
+            _target(
+                f"L0 speed-up on {most} devices >= 1.7",
+                max(speedups) if most > 1 else None,
+                1.7,
+                True,
+            )
+        )
+    fidelity = results.get("fidelity")
+    if fidelity:
+        rows.append(
+            _target(
+                "multi-fidelity: agent-steps per generation, full / multi >= 2.5",
+                fidelity["agent_steps_ratio"],
+                2.5,
+                True,
+            )
+        )
     traces = results.get("traces")
     if traces:
         worst = max(
@@ -126,7 +148,9 @@ def write_report(results: dict[str, Any], out: Path) -> str:
         "# eqxevo benchmark report",
         "",
         f"Machine: {machine['device_kind']} ({machine['backend']}, "
-        f"{machine['num_devices']} device(s)), {machine['cpu_count']} CPUs, "
+        f"{machine['num_devices']} device(s); child processes of sharded figures: "
+        f"{machine.get('child_devices', machine['num_devices'])}), "
+        f"{machine['cpu_count']} CPUs, "
         f"jax {machine['jax']}, load average {machine['load_average']}."
         + (
             " Quick mode: small sizes, figures not comparable."
@@ -185,15 +209,24 @@ def write_report(results: dict[str, Any], out: Path) -> str:
         if baselines:
             lines += [
                 "",
-                "## Baselines (same process, same population and lifetime)",
+                "## Baselines (same process, population, lifetime and episodes)",
                 "",
                 table(
-                    baselines,
+                    [
+                        {
+                            **b,
+                            "same_fitness": b.get(
+                                "matches_evaluate", b.get("matches_evolve")
+                            ),
+                        }
+                        for b in baselines
+                    ],
                     [
                         "milestone",
                         "baseline",
                         "agent_steps_per_s",
                         "measured_on",
+                        "same_fitness",
                         "evolve_over_baseline",
                     ],
                 ),
@@ -257,6 +290,44 @@ def write_report(results: dict[str, Any], out: Path) -> str:
             f"compile cold {fmt(c['cold']['compile_s'])} s, warm "
             f"{fmt(c['warm']['compile_s'])} s; start-up (import + first generation) "
             f"warm/cold {fmt(c['warm_over_cold_start'])}.",
+        ]
+    devices, fidelity = results.get("devices"), results.get("fidelity")
+    if devices:
+        lines += [
+            "",
+            "## Devices (L0, each count in a child process)",
+            "",
+            table(
+                devices["median_by_devices"],
+                ["devices", "agent_steps_per_s", "speedup"],
+            ),
+        ]
+    if fidelity:
+        per = fidelity["agent_steps_per_generation"]
+        finals = {
+            name: f"{sum(v) / len(v):.4f} over {len(v)} seeds"
+            for name, v in fidelity["final_test_fitness"].items()
+            if v
+        }
+        lines += [
+            "",
+            "## Multi-fidelity (L0)",
+            "",
+            f"Agent-steps per generation: full {per['full']}, multi-fidelity "
+            f"{per['multi_fidelity']} ({fmt(fidelity['agent_steps_ratio'])}x "
+            f"fewer). Test fitness after {fidelity['generations']} generations: "
+            + "; ".join(f"{name} {value}" for name, value in finals.items())
+            + ".",
+        ]
+    if results.get("batching"):
+        lines += [
+            "",
+            "## Micro-batching (planned memory per block size)",
+            "",
+            table(
+                results["batching"],
+                ["batch_size", "temp_bytes", "argument_bytes", "wall_s"],
+            ),
         ]
     text = "\n".join(lines) + "\n"
     (out / "report.md").write_text(text)

@@ -1,26 +1,38 @@
-"""Scaling curves on the L0 workload: against P, T, E (fan-in) and N.
+"""How cost grows: curves against P, T, E (fan-in), N, devices and batch size.
 
-Every point is the L0 experiment with one size changed, timed through `evolve`
-(`milestones.time_evolve`): agent-steps/s, compile time, and XLA's planned
-memory for one generation's evaluation (arguments + temporaries; flat in T when
-no per-step output is stacked). The persistent compilation cache is measured in
-child processes (a cold start, then a warm one on the same cache directory).
+- `scaling_sweep`: the L0 experiment with one size changed per point, timed
+  through `evolve` (`milestones.time_evolve`): agent-steps/s, compile time, and
+  XLA's planned memory for one generation's evaluation (arguments +
+  temporaries; flat in T when no per-step output is stacked).
+- `device_scaling`: the L0 milestone on 1, 2, ... CPU devices, each count in a
+  child process that exposes it (`bench.spawn`), interleaved over rounds so
+  that drifts in the machine's load hit every count alike.
+- `batch_memory`: `evaluate(..., batch_size=b)` of a population whose lifetime
+  carries a dense N x N float32 trace per genome: planned memory and time per
+  block size (micro-batching bounds the lifetimes' memory).
 """
 
-import json
-import subprocess
-import sys
-import tempfile
-import time
-from collections.abc import Callable
+import os
+import statistics
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import equinox as eqx
 import jax
+import jax.numpy as jnp
+import jax.random as jr
 
+from .._types import PRNGKey
 from ..config import from_dict
+from ..evaluate import evaluate
 from ..experiment import build
+from ..strategy import Strategy
+from . import spawn
+from .common import program_bytes, time_call
 from .milestones import MILESTONES, evaluation_bytes, time_evolve
+
+Log = Callable[[dict[str, Any]], None] | None
 
 FULL_GRID: dict[str, tuple[int, ...]] = {
     "population_size": (64, 128, 256, 512, 1024),
@@ -66,10 +78,7 @@ def scaling_point(sizes: dict[str, int], *, repeats: int) -> dict[str, Any]:
 
 
 def scaling_sweep(
-    *,
-    quick: bool = False,
-    repeats: int = 2,
-    log: Callable[[dict[str, Any]], None] | None = None,
+    *, quick: bool = False, repeats: int = 2, log: Log = None
 ) -> list[dict[str, Any]]:
     """One record per (varied size, value)."""
     grid, base = (QUICK_GRID, QUICK_BASE) if quick else (FULL_GRID, FULL_BASE)
@@ -87,16 +96,17 @@ def scaling_sweep(
 
 
 def plot_scaling(records: list[dict[str, Any]], path: Path) -> Path:
-    """A 2 x 4 grid: agent-steps/s (top) and planned memory (bottom) per size."""
-    import matplotlib
+    """A 2 x k grid: agent-steps/s (top) and planned memory (bottom) per size.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Drawn on matplotlib's Agg canvas: no pyplot, no change of backend.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     varied_names = list(dict.fromkeys(r["varied"] for r in records))
-    fig, axes = plt.subplots(
-        2, len(varied_names), figsize=(4 * len(varied_names), 6), squeeze=False
-    )
+    fig = Figure(figsize=(4 * len(varied_names), 6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(2, len(varied_names), squeeze=False)
     for j, varied in enumerate(varied_names):
         rows = [r for r in records if r["varied"] == varied]
         xs = [r[varied] for r in rows]
@@ -117,80 +127,136 @@ def plot_scaling(records: list[dict[str, Any]], path: Path) -> Path:
             ax.set_xscale("log")
             ax.grid(alpha=0.3)
     fig.suptitle("L0 scaling (one device)")
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
-# -- persistent compilation cache: cold vs warm start, in child processes ----------
+# -- devices ---------------------------------------------------------------------------
 
 
-_CACHE_WORKER = """
-import json, sys, time
-start = time.perf_counter()
-import jax
-jax.config.update("jax_compilation_cache_dir", sys.argv[1])
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-from eqxevo.config import from_dict
-from eqxevo.evolve import evolve
-from eqxevo.experiment import build
-from eqxevo.bench.scaling import l0_table
-built = build(from_dict(l0_table(**json.loads(sys.argv[2]))))
-imported = time.perf_counter() - start
-t0 = time.perf_counter()
-r = evolve(built.key, built.strategy, built.fitness, num_generations=1, chunk_size=1)
-jax.block_until_ready(r.best_fitness)
-first = time.perf_counter() - t0
-t0 = time.perf_counter()
-r = evolve(built.key, built.strategy, built.fitness, num_generations=1, chunk_size=1)
-jax.block_until_ready(r.best_fitness)
-steady = time.perf_counter() - t0
-print(json.dumps({"import_s": imported, "first_generation_s": first,
-                  "steady_generation_s": steady}))
-"""
+def device_scaling(
+    *,
+    quick: bool = False,
+    devices: Sequence[int] | None = None,
+    rounds: int = 1,
+    repeats: int = 3,
+    log: Log = None,
+) -> dict[str, Any]:
+    """L0 agent-steps/s on each device count (default 1 and one per core).
 
-
-def compilation_cache(*, quick: bool = False) -> dict[str, Any]:
-    """A cold start and a warm start (same cache directory) of one L0 generation.
-
-    `compile_s` = first generation - steady generation, in each child process.
+    Returns `runs` (one record per round and count, from its child process) and
+    `median_by_devices` with each count's median rate and its speed-up over 1.
     """
-    sizes = QUICK_BASE if quick else FULL_BASE
-    runs = {}
-    with tempfile.TemporaryDirectory(prefix="eqxevo-cache-") as cache:
-        for name in ("cold", "warm"):
-            start = time.perf_counter()
-            out = subprocess.run(
-                [sys.executable, "-c", _CACHE_WORKER, cache, json.dumps(sizes)],
-                capture_output=True,
-                text=True,
-                check=True,
+    counts = list(devices) if devices else sorted({1, os.cpu_count() or 1})
+    runs = []
+    for round_ in range(rounds):
+        for n in counts:
+            child = spawn.call(
+                "eqxevo.bench.milestones:time_milestone",
+                {
+                    "name": "L0",
+                    "quick": quick,
+                    "num_generations": 2 if quick else 5,
+                    "repeats": repeats,
+                    "sharded": n > 1,
+                },
+                num_devices=n,
             )
-            record = json.loads(out.stdout.strip().splitlines()[-1])
-            record["process_s"] = time.perf_counter() - start
-            record["compile_s"] = max(
-                record["first_generation_s"] - record["steady_generation_s"], 0.0
-            )
-            runs[name] = record
-    return {
-        **sizes,
-        "cold": runs["cold"],
-        "warm": runs["warm"],
-        "warm_over_cold_compile": runs["warm"]["compile_s"]
-        / max(runs["cold"]["compile_s"], 1e-9),
-        "warm_over_cold_start": (
-            runs["warm"]["import_s"] + runs["warm"]["first_generation_s"]
-        )
-        / (runs["cold"]["import_s"] + runs["cold"]["first_generation_s"]),
+            record = {"round": round_, "devices": n, **child.result}
+            runs.append(record)
+            if log is not None:
+                log(record)
+    rates = {
+        n: [r["agent_steps_per_s"] for r in runs if r["devices"] == n] for n in counts
     }
+    median = {n: statistics.median(v) for n, v in rates.items()}
+    base = median.get(1)
+    summary = [
+        {
+            "devices": n,
+            "agent_steps_per_s": rate,
+            "speedup": rate / base if base else None,
+        }
+        for n, rate in median.items()
+    ]
+    return {"runs": runs, "median_by_devices": summary}
+
+
+# -- micro-batching --------------------------------------------------------------------
+
+
+class TracedGenome(eqx.Module):
+    """A rate network whose lifetime carries a dense N x N trace (memory workload)."""
+
+    w: jax.Array
+    w_in: jax.Array
+
+    def __init__(self, num_neurons: int, *, key: PRNGKey):
+        w_key, in_key = jr.split(key)
+        self.w = jr.normal(w_key, (num_neurons, num_neurons)) / num_neurons
+        self.w_in = jr.normal(in_key, (num_neurons, 2))
+
+
+def traced_lifetime(genome: TracedGenome, key: PRNGKey, num_steps: int = 20) -> Any:
+    """A short lifetime whose state is an eligibility trace of N x N floats."""
+    n = genome.w.shape[0]
+
+    def step(carry: Any, t: jax.Array) -> tuple[Any, None]:
+        h, trace = carry
+        obs = jr.normal(jr.fold_in(key, t), (2,))
+        h = jnp.tanh((genome.w + 0.01 * trace) @ h + genome.w_in @ obs)
+        return (h, 0.9 * trace + jnp.outer(h, h)), None
+
+    start = (jnp.ones(n) / n, jnp.zeros((n, n)))
+    (h, trace), _ = jax.lax.scan(step, start, jnp.arange(num_steps))
+    return jnp.sum(h) + 1e-3 * jnp.sum(trace)
+
+
+def batch_memory(
+    *,
+    quick: bool = False,
+    batch_sizes: Sequence[int | None] = (None, 64, 16, 4),
+    repeats: int = 3,
+    log: Log = None,
+) -> list[dict[str, Any]]:
+    """Planned memory and time of one population's evaluation per `batch_size`."""
+    population_size, neurons = (32, 16) if quick else (256, 64)
+    genome = TracedGenome(neurons, key=jr.key(0))
+    strategy = Strategy("snes", genome, population_size)
+    population, _ = strategy.ask(jr.key(1), strategy.init(jr.key(0)))
+    records = []
+    for batch_size in batch_sizes:
+        if batch_size is not None and batch_size >= population_size:
+            continue
+
+        def run(pop: Any, key: PRNGKey, batch_size: int | None = batch_size) -> Any:
+            return evaluate(key, traced_lifetime, pop, batch_size=batch_size)[0]
+
+        compiled = jax.jit(run)
+        _, wall, _ = time_call(
+            lambda compiled=compiled: compiled(population, jr.key(2)), repeats
+        )
+        record = {
+            "population_size": population_size,
+            "num_neurons": neurons,
+            "trace_bytes_per_genome": neurons * neurons * 4,
+            "batch_size": batch_size,
+            **(program_bytes(run, population, jr.key(2)) or {}),
+            "wall_s": wall,
+        }
+        records.append(record)
+        if log is not None:
+            log(record)
+    return records
 
 
 __all__ = [
-    "compilation_cache",
+    "TracedGenome",
+    "batch_memory",
+    "device_scaling",
     "l0_table",
     "plot_scaling",
     "scaling_point",
     "scaling_sweep",
+    "traced_lifetime",
 ]

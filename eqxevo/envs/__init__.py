@@ -1,7 +1,9 @@
 """Environments behind one functional, gymnax-compatible protocol.
 
 - `Chemotaxis` (L0), `Foraging` (L2), `LongHorizon` (L4): the milestone arena
-  environments, with their params (`ChemotaxisParams`, ...).
+  environments, with their params (`ChemotaxisParams`, ...), which extend
+  `AbstractParams` (every field declared with its default and range, checked at
+  construction and at reset; `eqxevo.envs.params`).
 - `GymnaxEnv`: any gymnax environment by name (needs the `rl` extra; imported on
   first use).
 - Pictures of a recorded lifetime are drawn by `eqxevo.plots`.
@@ -9,10 +11,12 @@
 
 from typing import Any
 
-from .arena import AbstractArenaEnv as AbstractArenaEnv
+from .arena import (
+    AbstractArenaEnv as AbstractArenaEnv,
+    AbstractArenaParams as AbstractArenaParams,
+)
 from .base import (
     AbstractEnv as AbstractEnv,
-    check_params as check_params,
     traced_param_checks as traced_param_checks,
 )
 from .chemotaxis import (
@@ -21,6 +25,7 @@ from .chemotaxis import (
     ChemotaxisState as ChemotaxisState,
 )
 from .foraging import (
+    AbstractFeedingParams as AbstractFeedingParams,
     Foraging as Foraging,
     ForagingParams as ForagingParams,
     ForagingState as ForagingState,
@@ -30,6 +35,7 @@ from .long_horizon import (
     LongHorizonParams as LongHorizonParams,
     LongHorizonState as LongHorizonState,
 )
+from .params import AbstractParams as AbstractParams
 
 
 def __getattr__(name: str) -> Any:

@@ -24,21 +24,20 @@ An arena environment is an `AbstractArenaEnv`: on top of `AbstractEnv` it can
 evaluate its fields anywhere (for pictures) and tell where the body is, and its
 step is split into `sample_noise(key, params)` (every random draw of one step)
 and the deterministic `transition(state, action, params, noise)`, so a
-reference implementation can replay a step exactly.
+reference implementation can replay a step exactly. Its params extend
+`AbstractArenaParams`: the body, the sensors and the fields' length scale.
 """
 
 import abc
-import itertools
 import math
 from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
-import numpy as np
-from jax.core import Tracer
 
-from .._types import Array, Bool, Float, PRNGKey, Scalar
-from .base import AbstractEnv, EnvParams, EnvState
+from .._types import Array, Float, PRNGKey
+from .base import AbstractEnv, EnvParams, EnvState, StepResult
+from .params import AbstractParams, non_negative, param, positive
 
 EnvNoise = Any
 """The random draws of one step (an Equinox module of arrays)."""
@@ -121,53 +120,46 @@ def reflect(
     return position, velocity
 
 
-def scalar_param(
-    name: str,
-    value: Any,
-    *,
-    dtype: Any = jnp.float32,
-    low: float | int | None = None,
-    high: float | int | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-) -> Array:
-    """A scalar environment parameter as a strongly typed array, validated.
+def check_count(name: str, value: Any, minimum: int, why: str = "") -> int:
+    """`value` if it is a Python int >= `minimum`, else a `ValueError` naming it."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        because = f" ({why})" if why else ""
+        raise ValueError(f"{name} must be an int >= {minimum}{because}; got {value!r}")
+    return value
 
-    Concrete values outside `[low, high]` (ends open with `low_open` or
-    `high_open`) raise a `ValueError` naming the parameter; traced values
-    (params built under `jit` or `vmap`) pass unchecked.
+
+class AbstractArenaParams(AbstractParams):
+    """The body, its sensors and the fields' profile: every arena env's params.
+
+    Arguments (keyword only; lengths in arena units, times in steps):
+        arena_half: half the side of the square arena.
+        max_speed: wheel speed at a motor command of 1, per step.
+        axle_length: distance between the wheels; sets the turning rate.
+        sensor_distance: the sensors' distance from the body's centre.
+        sensor_angle: the sensors' angle either side of the heading, radians.
+        length_scale: the fields' length scale.
+        sensor_noise: standard deviation of the additive noise on each sensor's
+            reading, before the log.
+        detection_floor: the lowest value a sensor reports.
+
+    Each field's default and range is declared below (see `eqxevo.envs.params`).
     """
-    if isinstance(value, Tracer):
-        return jnp.asarray(value, dtype)
-    array = np.asarray(value)
-    if array.shape != ():
-        raise ValueError(
-            f"{name} must be a scalar; got an array of shape {array.shape}"
-        )
-    number = float(array)
-    too_low = low is not None and (number <= low if low_open else number < low)
-    too_high = high is not None and (number >= high if high_open else number > high)
-    if not math.isfinite(number) or too_low or too_high:
-        lo = "-inf" if low is None else f"{low}"
-        hi = "inf" if high is None else f"{high}"
-        left = "(" if low_open or low is None else "["
-        right = ")" if high_open or high is None else "]"
-        interval = f"{left}{lo}, {hi}{right}"
-        raise ValueError(f"{name} must be finite and in {interval}; got {value!r}")
-    if jnp.issubdtype(dtype, jnp.integer) and number != int(number):
-        raise ValueError(f"{name} must be a whole number; got {value!r}")
-    return jnp.asarray(array, dtype)
+
+    arena_half: Float[Array, ""] = positive(1.0)
+    max_speed: Float[Array, ""] = positive(0.01)
+    axle_length: Float[Array, ""] = positive(0.05)
+    sensor_distance: Float[Array, ""] = non_negative(0.1)
+    sensor_angle: Float[Array, ""] = param(1.0, low=-math.pi, high=math.pi)
+    length_scale: Float[Array, ""] = positive(0.5)
+    sensor_noise: Float[Array, ""] = non_negative(0.005)
+    detection_floor: Float[Array, ""] = positive(1e-3)
 
 
-def check_order(*named: tuple[str, Any]) -> None:
-    """Concrete parameter values must be non-decreasing in the order given."""
-    for (name_a, a), (name_b, b) in itertools.pairwise(named):
-        if isinstance(a, Tracer) or isinstance(b, Tracer):
-            continue
-        if float(a) > float(b):
-            raise ValueError(
-                f"{name_a} must be <= {name_b}; got {name_a}={a!r}, {name_b}={b!r}"
-            )
+class AbstractArenaState(eqx.Module):
+    """An arena environment's state: where the body is, which way it faces."""
+
+    position: Float[Array, "2"]
+    heading: Float[Array, ""]
 
 
 class AbstractArenaEnv(AbstractEnv):
@@ -175,11 +167,18 @@ class AbstractArenaEnv(AbstractEnv):
 
     Beyond `AbstractEnv`, members provide what pictures and reference
     implementations need: `field_names`, `fields`, `position`, `heading`,
-    `arena_half`, `landmarks`, `sample_noise` and `transition`. Their `step` is
+    `arena_half`, `landmarks`, `sample_noise` and `transition` (`position`,
+    `heading` and `arena_half` read an `AbstractArenaState` and an
+    `AbstractArenaParams`). Their `step` is
     `transition(state, action, params, sample_noise(key, params))`.
+
+    Every member takes `traced_param_checks` (keyword, default False): check
+    traced params in `reset` with `eqx.branched_error_if` (see
+    `eqxevo.envs.params`). Concrete params are always checked.
     """
 
     field_names: eqx.AbstractVar[tuple[str, ...]]
+    traced_param_checks: bool = eqx.field(static=True, default=False, kw_only=True)
 
     @abc.abstractmethod
     def fields(
@@ -187,17 +186,17 @@ class AbstractArenaEnv(AbstractEnv):
     ) -> Float[Array, "n fields"]:
         """Every field's value at `points` in `state` (noise-free)."""
 
-    @abc.abstractmethod
-    def position(self, state: EnvState) -> Float[Array, "2"]:
+    def position(self, state: AbstractArenaState) -> Float[Array, "2"]:
         """Where the body is."""
+        return state.position
 
-    @abc.abstractmethod
-    def heading(self, state: EnvState) -> Float[Array, ""]:
+    def heading(self, state: AbstractArenaState) -> Float[Array, ""]:
         """Which way the body faces (radians)."""
+        return state.heading
 
-    @abc.abstractmethod
-    def arena_half(self, params: EnvParams) -> Float[Array, ""]:
+    def arena_half(self, params: AbstractArenaParams) -> Float[Array, ""]:
         """Half the side of the square arena."""
+        return params.arena_half
 
     @abc.abstractmethod
     def landmarks(self, state: EnvState) -> Float[Array, "fields m 2"]:
@@ -219,9 +218,7 @@ class AbstractArenaEnv(AbstractEnv):
         action: Float[Array, " action"],
         params: EnvParams,
         noise: EnvNoise,
-    ) -> tuple[
-        Float[Array, " obs"], EnvState, Scalar, Bool[Array, ""], dict[str, Array]
-    ]:
+    ) -> StepResult:
         """The deterministic step given its random draws."""
 
     def step(
@@ -230,21 +227,20 @@ class AbstractArenaEnv(AbstractEnv):
         state: EnvState,
         action: Float[Array, " action"],
         params: EnvParams,
-    ) -> tuple[
-        Float[Array, " obs"], EnvState, Scalar, Bool[Array, ""], dict[str, Array]
-    ]:
+    ) -> StepResult:
         return self.transition(state, action, params, self.sample_noise(key, params))
 
 
 __all__ = [
     "AbstractArenaEnv",
-    "check_order",
+    "AbstractArenaParams",
+    "AbstractArenaState",
+    "check_count",
     "distances",
     "drive",
     "exponential_field",
     "log_sensor",
     "reflect",
-    "scalar_param",
     "sensor_points",
     "wrap_angle",
 ]

@@ -19,6 +19,8 @@ What eqxevo relies on (and `eqxevo.testing.check_env` verifies):
 - `params` is a pytree whose leaves are arrays (a Python number would be a
   compile-time constant: each variant would recompile, and vmap could not map
   it). Stacking the leaves of several params gives a batch of variants.
+  eqxevo's own params extend `eqxevo.envs.params.AbstractParams`, which
+  declares each field's default and range and checks them.
 - The state is a pytree of arrays whose structure, shapes and dtypes never
   change from `reset` through every `step` (it is a `lax.scan` carry).
 - `reward` is a float scalar, `done` a bool scalar, and `info` a dict of
@@ -26,57 +28,35 @@ What eqxevo relies on (and `eqxevo.testing.check_env` verifies):
 """
 
 import abc
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import equinox as eqx
-import jax
-import numpy as np
 
 from .._types import Array, Bool, Float, PRNGKey, Scalar
 
 EnvParams = Any
 EnvState = Any
+StepResult = tuple[
+    Float[Array, " obs"], EnvState, Scalar, Bool[Array, ""], dict[str, Array]
+]
+"""What `step` returns: `(obs, state, reward, done, info)`."""
 
 
-_TRACED_CHECKS = [False]
+def traced_param_checks(enabled: bool = True) -> None:
+    """Removed: the switch is now the environment's `traced_param_checks` field.
 
-
-@contextlib.contextmanager
-def traced_param_checks(enabled: bool = True) -> Iterator[None]:
-    """Compile the environments' params checks into programs traced inside.
-
-    Params constructors already validate every field, and concrete params are
-    checked eagerly by `check_params`; what remains are params edited or built
-    as traced arrays. Checking those needs `eqx.error_if`, whose host callback
-    keeps a program out of JAX's persistent compilation cache, so it is off by
-    default. Turn it on while debugging:
-
-        with eqxevo.envs.traced_param_checks():
-            fitness = eqx.filter_jit(fitness_fn)(genome, key)
+    It was a global flag read while tracing, so a program compiled with one
+    setting kept it whatever the flag said later. The switch is now static
+    configuration of the environment, part of what JAX compiles and caches on:
+    `Chemotaxis(traced_param_checks=True)`.
     """
-    previous = _TRACED_CHECKS[0]
-    _TRACED_CHECKS[0] = enabled
-    try:
-        yield
-    finally:
-        _TRACED_CHECKS[0] = previous
-
-
-def check_params(value: Array, invalid: Array, message: str) -> Array:
-    """`value`, after checking `invalid` (a bool scalar computed from params).
-
-    Concrete `invalid`: raises `ValueError(message)` now if true. Traced: an
-    `eqx.error_if` inside `traced_param_checks()`, otherwise nothing.
-    """
-    if not isinstance(invalid, jax.core.Tracer):  # pyright: ignore[reportAttributeAccessIssue]
-        if bool(np.asarray(invalid)):
-            raise ValueError(message)
-        return value
-    if _TRACED_CHECKS[0]:
-        return eqx.error_if(value, invalid, message)
-    return value
+    raise RuntimeError(
+        "eqxevo.envs.traced_param_checks() was removed: a global switch is not part "
+        "of JAX's compilation cache key, so compiled programs kept a stale setting. "
+        "Build the environment with the checks instead, e.g. "
+        f"Chemotaxis(traced_param_checks={enabled!r}) (env.options."
+        "traced_param_checks in a TOML experiment)."
+    )
 
 
 class AbstractEnv(eqx.Module):
@@ -102,7 +82,5 @@ class AbstractEnv(eqx.Module):
         state: EnvState,
         action: Float[Array, " action"],
         params: EnvParams,
-    ) -> tuple[
-        Float[Array, " obs"], EnvState, Scalar, Bool[Array, ""], dict[str, Array]
-    ]:
+    ) -> StepResult:
         """Advance one step: `(obs, state, reward, done, info)`."""

@@ -26,120 +26,58 @@ distances and three `exp` (body and two sensors), two Gaussian draws.
 """
 
 import math
-from typing import Any
+from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 
-from .._types import Array, Bool, Float, Int, PRNGKey, Scalar
+from .._types import Array, Float, Int, PRNGKey
 from .arena import (
     AbstractArenaEnv,
+    AbstractArenaParams,
+    AbstractArenaState,
     Points,
-    check_order,
     drive,
     exponential_field,
     log_sensor,
     reflect,
-    scalar_param,
     sensor_points,
 )
-from .base import check_params
+from .base import StepResult
+from .params import count, non_negative, positive
 
 
-class ChemotaxisParams(eqx.Module):
+class ChemotaxisParams(AbstractArenaParams):
     """Parameters of `Chemotaxis`: every field is a scalar array (vmappable).
 
-    Arguments (all keyword-only; lengths in arena units, times in steps):
-        arena_half: half the side of the square arena (> 0).
-        max_speed: wheel speed at a motor command of 1, per step (> 0).
-        axle_length: distance between the wheels; sets the turning rate (> 0).
-        sensor_distance: sensors' distance from the body's centre (>= 0).
-        sensor_angle: sensors' angle either side of the heading, radians.
-        length_scale: the concentration's length scale (> 0).
-        sensor_noise: standard deviation of the additive noise on each sensor's
-            concentration, before the log (>= 0).
-        detection_floor: the lowest concentration a sensor reports (> 0).
+    Arguments (all keyword-only; lengths in arena units, times in steps): the
+    arena and body of `AbstractArenaParams` (`length_scale` is the
+    concentration's), plus
         source_min_distance, source_max_distance: the source's initial
             distance from the centre is uniform in this interval
-            (0 <= min <= max <= arena_half).
-        drift_speed: the source's speed, per step (>= 0; 0 is still).
-        reward_length: the reward's length scale (> 0).
-        episode_length: steps per episode (>= 1).
+            (`source_min_distance <= source_max_distance <= arena_half`).
+        drift_speed: the source's speed, per step (0 is still).
+        reward_length: the reward's length scale.
+        episode_length: steps per episode.
+
+    Each field's default and range is declared below.
     """
 
-    arena_half: Float[Array, ""]
-    max_speed: Float[Array, ""]
-    axle_length: Float[Array, ""]
-    sensor_distance: Float[Array, ""]
-    sensor_angle: Float[Array, ""]
-    length_scale: Float[Array, ""]
-    sensor_noise: Float[Array, ""]
-    detection_floor: Float[Array, ""]
-    source_min_distance: Float[Array, ""]
-    source_max_distance: Float[Array, ""]
-    drift_speed: Float[Array, ""]
-    reward_length: Float[Array, ""]
-    episode_length: Int[Array, ""]
+    source_min_distance: Float[Array, ""] = non_negative(0.5)
+    source_max_distance: Float[Array, ""] = non_negative(0.9)
+    drift_speed: Float[Array, ""] = non_negative(0.0)
+    reward_length: Float[Array, ""] = positive(0.25)
+    episode_length: Int[Array, ""] = count(1000)
 
-    def __init__(
-        self,
-        *,
-        arena_half: Any = 1.0,
-        max_speed: Any = 0.01,
-        axle_length: Any = 0.05,
-        sensor_distance: Any = 0.1,
-        sensor_angle: Any = 1.0,
-        length_scale: Any = 0.5,
-        sensor_noise: Any = 0.005,
-        detection_floor: Any = 1e-3,
-        source_min_distance: Any = 0.5,
-        source_max_distance: Any = 0.9,
-        drift_speed: Any = 0.0,
-        reward_length: Any = 0.25,
-        episode_length: Any = 1000,
-    ):
-        self.arena_half = scalar_param("arena_half", arena_half, low=0.0, low_open=True)
-        self.max_speed = scalar_param("max_speed", max_speed, low=0.0, low_open=True)
-        self.axle_length = scalar_param(
-            "axle_length", axle_length, low=0.0, low_open=True
-        )
-        self.sensor_distance = scalar_param("sensor_distance", sensor_distance, low=0.0)
-        self.sensor_angle = scalar_param(
-            "sensor_angle", sensor_angle, low=-math.pi, high=math.pi
-        )
-        self.length_scale = scalar_param(
-            "length_scale", length_scale, low=0.0, low_open=True
-        )
-        self.sensor_noise = scalar_param("sensor_noise", sensor_noise, low=0.0)
-        self.detection_floor = scalar_param(
-            "detection_floor", detection_floor, low=0.0, low_open=True
-        )
-        self.source_min_distance = scalar_param(
-            "source_min_distance", source_min_distance, low=0.0
-        )
-        self.source_max_distance = scalar_param(
-            "source_max_distance", source_max_distance, low=0.0
-        )
-        self.drift_speed = scalar_param("drift_speed", drift_speed, low=0.0)
-        self.reward_length = scalar_param(
-            "reward_length", reward_length, low=0.0, low_open=True
-        )
-        self.episode_length = scalar_param(
-            "episode_length", episode_length, dtype=jnp.int32, low=1
-        )
-        check_order(
-            ("source_min_distance", source_min_distance),
-            ("source_max_distance", source_max_distance),
-            ("arena_half", arena_half),
-        )
+    orders: ClassVar[tuple[tuple[str, ...], ...]] = (
+        ("source_min_distance", "source_max_distance", "arena_half"),
+    )
 
 
-class ChemotaxisState(eqx.Module):
+class ChemotaxisState(AbstractArenaState):
     """State of `Chemotaxis`."""
 
-    position: Float[Array, "2"]
-    heading: Float[Array, ""]
     source: Float[Array, "2"]
     source_velocity: Float[Array, "2"]
     time: Int[Array, ""]
@@ -153,6 +91,10 @@ class ChemotaxisNoise(eqx.Module):
 
 class Chemotaxis(AbstractArenaEnv):
     """L0 chemotaxis: steer up a diffusing gradient to its source and stay there.
+
+    Arguments:
+        traced_param_checks: also check traced params in `reset` (see
+            `eqxevo.envs.params`; off by default).
 
     Example:
         >>> env = Chemotaxis()
@@ -193,23 +135,8 @@ class Chemotaxis(AbstractArenaEnv):
         # the layout, one normal vector for the sensors.
         layout_key, noise_key = jr.split(key)
         u = jr.uniform(layout_key, (4,), jnp.float32)
-        invalid = (
-            (params.arena_half <= 0)
-            | (params.axle_length <= 0)
-            | (params.length_scale <= 0)
-            | (params.reward_length <= 0)
-            | (params.sensor_noise < 0)
-            | (params.detection_floor <= 0)
-            | (params.source_min_distance > params.source_max_distance)
-            | (params.episode_length < 1)
-        )
-        heading = check_params(
-            2 * math.pi * u[0] - math.pi,
-            invalid,
-            "Chemotaxis: invalid params (need arena_half, axle_length, length_scale, "
-            "reward_length, detection_floor > 0, sensor_noise >= 0, "
-            "source_min_distance <= "
-            "source_max_distance, episode_length >= 1)",
+        heading = params.checked(
+            2 * math.pi * u[0] - math.pi, traced=self.traced_param_checks
         )
         distance = params.source_min_distance + u[1] * (
             params.source_max_distance - params.source_min_distance
@@ -238,9 +165,7 @@ class Chemotaxis(AbstractArenaEnv):
         action: Float[Array, " action"],
         params: ChemotaxisParams,
         noise: ChemotaxisNoise,
-    ) -> tuple[
-        Float[Array, " obs"], ChemotaxisState, Scalar, Bool[Array, ""], dict[str, Array]
-    ]:
+    ) -> StepResult:
         position, heading = drive(
             state.position,
             state.heading,
@@ -276,15 +201,6 @@ class Chemotaxis(AbstractArenaEnv):
         return exponential_field(points, state.source[None], ones, params.length_scale)[
             :, None
         ]
-
-    def position(self, state: ChemotaxisState) -> Float[Array, "2"]:
-        return state.position
-
-    def heading(self, state: ChemotaxisState) -> Float[Array, ""]:
-        return state.heading
-
-    def arena_half(self, params: ChemotaxisParams) -> Float[Array, ""]:
-        return params.arena_half
 
     def landmarks(self, state: ChemotaxisState) -> Float[Array, "1 1 2"]:
         return state.source[None, None]

@@ -31,139 +31,69 @@ every patch), `2 K` Gaussian draws; K = 2, M = 3 by default.
 """
 
 import math
-from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 
-from .._types import Array, Bool, Float, Int, PRNGKey, Scalar
+from .._types import Array, Float, Int, PRNGKey
 from .arena import (
     AbstractArenaEnv,
+    AbstractArenaParams,
+    AbstractArenaState,
     Points,
+    check_count,
     distances,
     drive,
     exponential_field,
     log_sensor,
-    scalar_param,
     sensor_points,
 )
-from .base import check_params
+from .base import StepResult
+from .params import count, fraction, non_negative, param, positive
 
 
-class ForagingParams(eqx.Module):
-    """Parameters of `Foraging` (and the body/field/feeding part of `LongHorizon`).
+class AbstractFeedingParams(AbstractArenaParams):
+    """Patches, feeding and homeostasis: what `Foraging` and `LongHorizon` share.
 
-    Arguments (all keyword-only; lengths in arena units, rates per step):
-        arena_half, max_speed, axle_length, sensor_distance, sensor_angle: the
-            arena and body (see `ChemotaxisParams`).
-        length_scale: the fields' length scale (> 0).
-        sensor_noise: standard deviation of the additive noise on each field
-            reading, before the log (>= 0).
-        detection_floor: the lowest field value a sensor reports (> 0).
+    Arguments (keyword only; rates per step): the arena and body of
+    `AbstractArenaParams` (`length_scale` is the fields'), plus
         patch_spread: patches are uniform in `[-s, s]^2`, `s = patch_spread *
-            arena_half` (in [0, 1]).
-        eat_radius: length scale of consumption around a patch (> 0).
-        eat_rate: fraction of a patch eaten per step at its centre (in [0, 1]).
-        nutrition: reserve gained per unit of resource eaten (>= 0).
-        regrowth_rate: fraction of a patch's deficit regrown per step (in [0, 1]).
-        metabolic_rate: reserve spent per step (>= 0).
-        setpoint: the reserves' ideal level (in (0, 1)).
-        initial_reserve: every reserve's level at birth (in (0, 1]).
-        death_penalty: reward on the step a reserve empties (>= 0 is subtracted).
-        episode_length: steps before the world resets (>= 1).
+            arena_half`.
+        eat_radius: length scale of consumption around a patch.
+        eat_rate: fraction of a patch eaten per step at its centre.
+        nutrition: reserve gained per unit of (nourishing) resource eaten.
+        regrowth_rate: fraction of a patch's deficit regrown per step.
+        metabolic_rate: reserve spent per step.
+        setpoint: the reserves' ideal level.
+        death_penalty: subtracted from the reward on the step a reserve empties.
     """
 
-    arena_half: Float[Array, ""]
-    max_speed: Float[Array, ""]
-    axle_length: Float[Array, ""]
-    sensor_distance: Float[Array, ""]
-    sensor_angle: Float[Array, ""]
-    length_scale: Float[Array, ""]
-    sensor_noise: Float[Array, ""]
-    detection_floor: Float[Array, ""]
-    patch_spread: Float[Array, ""]
-    eat_radius: Float[Array, ""]
-    eat_rate: Float[Array, ""]
-    nutrition: Float[Array, ""]
-    regrowth_rate: Float[Array, ""]
-    metabolic_rate: Float[Array, ""]
-    setpoint: Float[Array, ""]
-    initial_reserve: Float[Array, ""]
-    death_penalty: Float[Array, ""]
-    episode_length: Int[Array, ""]
-
-    def __init__(
-        self,
-        *,
-        arena_half: Any = 1.0,
-        max_speed: Any = 0.01,
-        axle_length: Any = 0.05,
-        sensor_distance: Any = 0.1,
-        sensor_angle: Any = 1.0,
-        length_scale: Any = 0.3,
-        sensor_noise: Any = 0.005,
-        detection_floor: Any = 1e-3,
-        patch_spread: Any = 0.8,
-        eat_radius: Any = 0.08,
-        eat_rate: Any = 0.05,
-        nutrition: Any = 0.5,
-        regrowth_rate: Any = 0.002,
-        metabolic_rate: Any = 0.001,
-        setpoint: Any = 0.5,
-        initial_reserve: Any = 0.5,
-        death_penalty: Any = 100.0,
-        episode_length: Any = 5000,
-    ):
-        self.arena_half = scalar_param("arena_half", arena_half, low=0.0, low_open=True)
-        self.max_speed = scalar_param("max_speed", max_speed, low=0.0, low_open=True)
-        self.axle_length = scalar_param(
-            "axle_length", axle_length, low=0.0, low_open=True
-        )
-        self.sensor_distance = scalar_param("sensor_distance", sensor_distance, low=0.0)
-        self.sensor_angle = scalar_param(
-            "sensor_angle", sensor_angle, low=-math.pi, high=math.pi
-        )
-        self.length_scale = scalar_param(
-            "length_scale", length_scale, low=0.0, low_open=True
-        )
-        self.sensor_noise = scalar_param("sensor_noise", sensor_noise, low=0.0)
-        self.detection_floor = scalar_param(
-            "detection_floor", detection_floor, low=0.0, low_open=True
-        )
-        self.patch_spread = scalar_param("patch_spread", patch_spread, low=0, high=1)
-        self.eat_radius = scalar_param("eat_radius", eat_radius, low=0.0, low_open=True)
-        self.eat_rate = scalar_param("eat_rate", eat_rate, low=0.0, high=1.0)
-        self.nutrition = scalar_param("nutrition", nutrition, low=0.0)
-        self.regrowth_rate = scalar_param(
-            "regrowth_rate", regrowth_rate, low=0.0, high=1.0
-        )
-        self.metabolic_rate = scalar_param("metabolic_rate", metabolic_rate, low=0.0)
-        self.setpoint = scalar_param(
-            "setpoint", setpoint, low=0.0, low_open=True, high=1.0, high_open=True
-        )
-        self.initial_reserve = scalar_param(
-            "initial_reserve", initial_reserve, low=0.0, low_open=True, high=1.0
-        )
-        self.death_penalty = scalar_param("death_penalty", death_penalty)
-        self.episode_length = scalar_param(
-            "episode_length", episode_length, dtype=jnp.int32, low=1
-        )
-
-
-def invalid_feeding(params: Any) -> Bool[Array, ""]:
-    """True where feeding params are out of range (for `eqx.error_if` in reset)."""
-    return (
-        (params.arena_half <= 0)
-        | (params.axle_length <= 0)
-        | (params.length_scale <= 0)
-        | (params.eat_radius <= 0)
-        | (params.sensor_noise < 0)
-        | (params.detection_floor <= 0)
-        | (params.setpoint <= 0)
-        | (params.setpoint >= 1)
-        | (params.episode_length < 1)
+    length_scale: Float[Array, ""] = positive(0.3)
+    patch_spread: Float[Array, ""] = fraction(0.8)
+    eat_radius: Float[Array, ""] = positive(0.08)
+    eat_rate: Float[Array, ""] = fraction(0.05)
+    nutrition: Float[Array, ""] = non_negative(0.5)
+    regrowth_rate: Float[Array, ""] = fraction(0.002)
+    metabolic_rate: Float[Array, ""] = non_negative(0.001)
+    setpoint: Float[Array, ""] = param(
+        0.5, low=0.0, high=1.0, low_open=True, high_open=True
     )
+    death_penalty: Float[Array, ""] = param(100.0)
+
+
+class ForagingParams(AbstractFeedingParams):
+    """Parameters of `Foraging`: every field is a scalar array (vmappable).
+
+    Arguments (keyword only): those of `AbstractFeedingParams`, plus
+        initial_reserve: every reserve's level at birth.
+        episode_length: steps before the world resets.
+
+    Each field's default and range is declared below.
+    """
+
+    initial_reserve: Float[Array, ""] = param(0.5, low=0.0, high=1.0, low_open=True)
+    episode_length: Int[Array, ""] = count(5000)
 
 
 def consume(
@@ -183,6 +113,52 @@ def consume(
     return jnp.sum(eaten, axis=-1), amounts
 
 
+def move_and_eat(
+    position: Float[Array, "2"],
+    heading: Float[Array, ""],
+    patches: Float[Array, "k m 2"],
+    amounts: Float[Array, "k m"],
+    action: Float[Array, " action"],
+    params: AbstractFeedingParams,
+) -> tuple[
+    Float[Array, "2"], Float[Array, ""], Float[Array, " k"], Float[Array, "k m"]
+]:
+    """Drive, then eat at the new position: `(position, heading, intake, amounts)`."""
+    position, heading = drive(
+        position,
+        heading,
+        action,
+        params.max_speed,
+        params.axle_length,
+        params.arena_half,
+    )
+    intake, amounts = consume(
+        position,
+        patches,
+        amounts,
+        params.eat_radius,
+        params.eat_rate,
+        params.regrowth_rate,
+    )
+    return position, heading, intake, amounts
+
+
+def patch_fields(
+    points: Points,
+    patches: Float[Array, "k m 2"],
+    amounts: Float[Array, "k m"],
+    length_scale: Float[Array, ""],
+) -> Float[Array, "n k"]:
+    """Every resource's field at `points` (noise-free)."""
+    return jnp.stack(
+        [
+            exponential_field(points, patches[k], amounts[k], length_scale)
+            for k in range(patches.shape[0])
+        ],
+        axis=-1,
+    )
+
+
 def homeostasis(
     reserves: Float[Array, " k"], setpoint: Float[Array, ""]
 ) -> Float[Array, ""]:
@@ -196,7 +172,7 @@ def sense_fields(
     heading: Float[Array, ""],
     patches: Float[Array, "k m 2"],
     amounts: Float[Array, "k m"],
-    params: Any,
+    params: AbstractFeedingParams,
     noise: Float[Array, " k2"],
 ) -> Float[Array, " k2"]:
     """Log readings of every field at the two sensors: `[F_0 l, F_0 r, ...]`."""
@@ -211,7 +187,7 @@ def sense_fields(
 
 
 def layout(
-    key: PRNGKey, shape: tuple[int, int], params: Any
+    key: PRNGKey, shape: tuple[int, int], params: AbstractFeedingParams
 ) -> tuple[Float[Array, ""], Float[Array, "k m 2"], Float[Array, ""]]:
     """A new world's random layout, from one uniform draw.
 
@@ -226,11 +202,9 @@ def layout(
     return 2 * math.pi * u[size] - math.pi, patches, u[size + 1]
 
 
-class ForagingState(eqx.Module):
+class ForagingState(AbstractArenaState):
     """State of `Foraging`."""
 
-    position: Float[Array, "2"]
-    heading: Float[Array, ""]
     reserves: Float[Array, " k"]
     patches: Float[Array, "k m 2"]
     amounts: Float[Array, "k m"]
@@ -249,6 +223,8 @@ class Foraging(AbstractArenaEnv):
     Arguments:
         num_resources: resource types, each with its own field and reserve (>= 2).
         patches_per_resource: patches of each type (>= 1).
+        traced_param_checks: also check traced params in `reset` (see
+            `eqxevo.envs.params`; off by default).
 
     Example:
         >>> env = Foraging(num_resources=2, patches_per_resource=3)
@@ -261,19 +237,20 @@ class Foraging(AbstractArenaEnv):
     action_size: int = eqx.field(static=True)
     field_names: tuple[str, ...] = eqx.field(static=True)
 
-    def __init__(self, num_resources: int = 2, patches_per_resource: int = 3):
-        if not isinstance(num_resources, int) or num_resources < 2:
-            raise ValueError(
-                f"num_resources must be an int >= 2 (a multi-resource task); got "
-                f"{num_resources!r}"
-            )
-        if not isinstance(patches_per_resource, int) or patches_per_resource < 1:
-            raise ValueError(
-                f"patches_per_resource must be a positive int; got "
-                f"{patches_per_resource!r}"
-            )
-        self.num_resources = num_resources
-        self.patches_per_resource = patches_per_resource
+    def __init__(
+        self,
+        num_resources: int = 2,
+        patches_per_resource: int = 3,
+        *,
+        traced_param_checks: bool = False,
+    ):
+        self.num_resources = check_count(
+            "num_resources", num_resources, 2, "a multi-resource task"
+        )
+        self.patches_per_resource = check_count(
+            "patches_per_resource", patches_per_resource, 1
+        )
+        self.traced_param_checks = traced_param_checks
         self.obs_size = 3 * num_resources
         self.action_size = 2
         self.field_names = tuple(f"resource {k}" for k in range(num_resources))
@@ -300,13 +277,7 @@ class Foraging(AbstractArenaEnv):
         layout_key, noise_key = jr.split(key)
         shape = (self.num_resources, self.patches_per_resource)
         heading, patches, _ = layout(layout_key, shape, params)
-        heading = check_params(
-            heading,
-            invalid_feeding(params),
-            "Foraging: invalid params (need arena_half, axle_length, length_scale, "
-            "eat_radius, detection_floor > 0, sensor_noise >= 0, 0 < setpoint < 1, "
-            "episode_length >= 1)",
-        )
+        heading = params.checked(heading, traced=self.traced_param_checks)
         state = ForagingState(
             position=jnp.zeros((2,), jnp.float32),
             heading=heading,
@@ -330,24 +301,9 @@ class Foraging(AbstractArenaEnv):
         action: Float[Array, " action"],
         params: ForagingParams,
         noise: ForagingNoise,
-    ) -> tuple[
-        Float[Array, " obs"], ForagingState, Scalar, Bool[Array, ""], dict[str, Array]
-    ]:
-        position, heading = drive(
-            state.position,
-            state.heading,
-            action,
-            params.max_speed,
-            params.axle_length,
-            params.arena_half,
-        )
-        intake, amounts = consume(
-            position,
-            state.patches,
-            state.amounts,
-            params.eat_radius,
-            params.eat_rate,
-            params.regrowth_rate,
+    ) -> StepResult:
+        position, heading, intake, amounts = move_and_eat(
+            state.position, state.heading, state.patches, state.amounts, action, params
         )
         reserves = jnp.clip(
             state.reserves + params.nutrition * intake - params.metabolic_rate,
@@ -374,24 +330,7 @@ class Foraging(AbstractArenaEnv):
     def fields(
         self, state: ForagingState, params: ForagingParams, points: Points
     ) -> Float[Array, "n k"]:
-        return jnp.stack(
-            [
-                exponential_field(
-                    points, state.patches[k], state.amounts[k], params.length_scale
-                )
-                for k in range(self.num_resources)
-            ],
-            axis=-1,
-        )
-
-    def position(self, state: ForagingState) -> Float[Array, "2"]:
-        return state.position
-
-    def heading(self, state: ForagingState) -> Float[Array, ""]:
-        return state.heading
-
-    def arena_half(self, params: ForagingParams) -> Float[Array, ""]:
-        return params.arena_half
+        return patch_fields(points, state.patches, state.amounts, params.length_scale)
 
     def landmarks(self, state: ForagingState) -> Float[Array, "k m 2"]:
         return state.patches
@@ -405,5 +344,7 @@ __all__ = [
     "consume",
     "homeostasis",
     "layout",
+    "move_and_eat",
+    "patch_fields",
     "sense_fields",
 ]

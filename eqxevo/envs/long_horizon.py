@@ -29,145 +29,53 @@ swap, relocations, rebirth) and four Gaussian draws.
 """
 
 import math
-from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 
-from .._types import Array, Bool, Float, Int, PRNGKey, Scalar
-from .arena import (
-    AbstractArenaEnv,
-    Points,
-    drive,
-    exponential_field,
-    scalar_param,
-)
-from .base import check_params
+from .._types import Array, Float, Int, PRNGKey
+from .arena import AbstractArenaEnv, AbstractArenaState, Points, check_count
+from .base import StepResult
 from .foraging import (
-    consume,
+    AbstractFeedingParams,
     homeostasis,
-    invalid_feeding,
     layout,
+    move_and_eat,
+    patch_fields,
     sense_fields,
 )
+from .params import count, fraction, non_negative, param
 
 NUM_RESOURCES = 2
 
 
-class LongHorizonParams(eqx.Module):
+class LongHorizonParams(AbstractFeedingParams):
     """Parameters of `LongHorizon`; every field is a scalar array (vmappable).
 
-    Arguments (keyword-only): as `ForagingParams` for the arena, body, fields and
-    feeding (`nutrition` for the nourishing type), plus:
-        toxicity: energy lost per unit eaten of the harmful type (>= 0).
-        initial_energy: energy at birth and rebirth (in (0, 1]).
-        taste_gain: scale of the taste signal (>= 0).
-        season_length: steps per season (>= 1).
+    Arguments (keyword only): those of `AbstractFeedingParams` (`nutrition` is
+    the nourishing type's, `setpoint` the energy's), plus
+        toxicity: energy lost per unit eaten of the harmful type.
+        initial_energy: energy at birth and rebirth.
+        taste_gain: scale of the taste signal.
+        season_length: steps per season.
         swap_prob: probability that the types swap roles at a season boundary.
         relocate_prob: probability that a patch relocates at a season boundary.
-        episode_length: steps in the lifetime (>= 1).
+        episode_length: steps in the lifetime.
+
+    Each field's default and range is declared below.
     """
 
-    arena_half: Float[Array, ""]
-    max_speed: Float[Array, ""]
-    axle_length: Float[Array, ""]
-    sensor_distance: Float[Array, ""]
-    sensor_angle: Float[Array, ""]
-    length_scale: Float[Array, ""]
-    sensor_noise: Float[Array, ""]
-    detection_floor: Float[Array, ""]
-    patch_spread: Float[Array, ""]
-    eat_radius: Float[Array, ""]
-    eat_rate: Float[Array, ""]
-    nutrition: Float[Array, ""]
-    toxicity: Float[Array, ""]
-    regrowth_rate: Float[Array, ""]
-    metabolic_rate: Float[Array, ""]
-    setpoint: Float[Array, ""]
-    initial_energy: Float[Array, ""]
-    death_penalty: Float[Array, ""]
-    taste_gain: Float[Array, ""]
-    season_length: Int[Array, ""]
-    swap_prob: Float[Array, ""]
-    relocate_prob: Float[Array, ""]
-    episode_length: Int[Array, ""]
-
-    def __init__(
-        self,
-        *,
-        arena_half: Any = 1.0,
-        max_speed: Any = 0.01,
-        axle_length: Any = 0.05,
-        sensor_distance: Any = 0.1,
-        sensor_angle: Any = 1.0,
-        length_scale: Any = 0.3,
-        sensor_noise: Any = 0.005,
-        detection_floor: Any = 1e-3,
-        patch_spread: Any = 0.8,
-        eat_radius: Any = 0.08,
-        eat_rate: Any = 0.05,
-        nutrition: Any = 0.5,
-        toxicity: Any = 0.5,
-        regrowth_rate: Any = 0.002,
-        metabolic_rate: Any = 0.001,
-        setpoint: Any = 0.5,
-        initial_energy: Any = 0.5,
-        death_penalty: Any = 100.0,
-        taste_gain: Any = 40.0,
-        season_length: Any = 2000,
-        swap_prob: Any = 1.0,
-        relocate_prob: Any = 1.0,
-        episode_length: Any = 20000,
-    ):
-        self.arena_half = scalar_param("arena_half", arena_half, low=0.0, low_open=True)
-        self.max_speed = scalar_param("max_speed", max_speed, low=0.0, low_open=True)
-        self.axle_length = scalar_param(
-            "axle_length", axle_length, low=0.0, low_open=True
-        )
-        self.sensor_distance = scalar_param("sensor_distance", sensor_distance, low=0.0)
-        self.sensor_angle = scalar_param(
-            "sensor_angle", sensor_angle, low=-math.pi, high=math.pi
-        )
-        self.length_scale = scalar_param(
-            "length_scale", length_scale, low=0.0, low_open=True
-        )
-        self.sensor_noise = scalar_param("sensor_noise", sensor_noise, low=0.0)
-        self.detection_floor = scalar_param(
-            "detection_floor", detection_floor, low=0.0, low_open=True
-        )
-        self.patch_spread = scalar_param(
-            "patch_spread", patch_spread, low=0.0, high=1.0
-        )
-        self.eat_radius = scalar_param("eat_radius", eat_radius, low=0.0, low_open=True)
-        self.eat_rate = scalar_param("eat_rate", eat_rate, low=0.0, high=1.0)
-        self.nutrition = scalar_param("nutrition", nutrition, low=0.0)
-        self.toxicity = scalar_param("toxicity", toxicity, low=0.0)
-        self.regrowth_rate = scalar_param(
-            "regrowth_rate", regrowth_rate, low=0.0, high=1.0
-        )
-        self.metabolic_rate = scalar_param("metabolic_rate", metabolic_rate, low=0.0)
-        self.setpoint = scalar_param(
-            "setpoint", setpoint, low=0.0, low_open=True, high=1.0, high_open=True
-        )
-        self.initial_energy = scalar_param(
-            "initial_energy", initial_energy, low=0.0, low_open=True, high=1.0
-        )
-        self.death_penalty = scalar_param("death_penalty", death_penalty)
-        self.taste_gain = scalar_param("taste_gain", taste_gain, low=0.0)
-        self.season_length = scalar_param(
-            "season_length", season_length, dtype=jnp.int32, low=1
-        )
-        self.swap_prob = scalar_param("swap_prob", swap_prob, low=0.0, high=1.0)
-        self.relocate_prob = scalar_param(
-            "relocate_prob", relocate_prob, low=0.0, high=1.0
-        )
-        self.episode_length = scalar_param(
-            "episode_length", episode_length, dtype=jnp.int32, low=1
-        )
+    toxicity: Float[Array, ""] = non_negative(0.5)
+    initial_energy: Float[Array, ""] = param(0.5, low=0.0, high=1.0, low_open=True)
+    taste_gain: Float[Array, ""] = non_negative(40.0)
+    season_length: Int[Array, ""] = count(2000)
+    swap_prob: Float[Array, ""] = fraction(1.0)
+    relocate_prob: Float[Array, ""] = fraction(1.0)
+    episode_length: Int[Array, ""] = count(20000)
 
 
-class LongHorizonState(eqx.Module):
+class LongHorizonState(AbstractArenaState):
     """State of `LongHorizon`.
 
     Attributes:
@@ -176,8 +84,6 @@ class LongHorizonState(eqx.Module):
         time: steps since the lifetime began (deaths do not reset it).
     """
 
-    position: Float[Array, "2"]
-    heading: Float[Array, ""]
     energy: Float[Array, ""]
     patches: Float[Array, "2 m 2"]
     amounts: Float[Array, "2 m"]
@@ -211,6 +117,8 @@ class LongHorizon(AbstractArenaEnv):
 
     Arguments:
         patches_per_resource: patches of each of the two types (>= 1).
+        traced_param_checks: also check traced params in `reset` (see
+            `eqxevo.envs.params`; off by default).
 
     Example:
         >>> env = LongHorizon()
@@ -223,13 +131,13 @@ class LongHorizon(AbstractArenaEnv):
     action_size: int = eqx.field(static=True)
     field_names: tuple[str, ...] = eqx.field(static=True)
 
-    def __init__(self, patches_per_resource: int = 3):
-        if not isinstance(patches_per_resource, int) or patches_per_resource < 1:
-            raise ValueError(
-                f"patches_per_resource must be a positive int; got "
-                f"{patches_per_resource!r}"
-            )
-        self.patches_per_resource = patches_per_resource
+    def __init__(
+        self, patches_per_resource: int = 3, *, traced_param_checks: bool = False
+    ):
+        self.patches_per_resource = check_count(
+            "patches_per_resource", patches_per_resource, 1
+        )
+        self.traced_param_checks = traced_param_checks
         self.obs_size = 2 * NUM_RESOURCES + 2
         self.action_size = 2
         self.field_names = ("resource A", "resource B")
@@ -252,14 +160,7 @@ class LongHorizon(AbstractArenaEnv):
         layout_key, noise_key = jr.split(key)
         shape = (NUM_RESOURCES, self.patches_per_resource)
         heading, patches, coin = layout(layout_key, shape, params)
-        invalid = invalid_feeding(params) | (params.season_length < 1)
-        heading = check_params(
-            heading,
-            invalid,
-            "LongHorizon: invalid params (need arena_half, axle_length, length_scale, "
-            "eat_radius, detection_floor > 0, sensor_noise >= 0, 0 < setpoint < 1, "
-            "season_length >= 1, episode_length >= 1)",
-        )
+        heading = params.checked(heading, traced=self.traced_param_checks)
         state = LongHorizonState(
             position=jnp.zeros((2,), jnp.float32),
             heading=heading,
@@ -292,28 +193,9 @@ class LongHorizon(AbstractArenaEnv):
         action: Float[Array, " action"],
         params: LongHorizonParams,
         noise: LongHorizonNoise,
-    ) -> tuple[
-        Float[Array, " obs"],
-        LongHorizonState,
-        Scalar,
-        Bool[Array, ""],
-        dict[str, Array],
-    ]:
-        position, heading = drive(
-            state.position,
-            state.heading,
-            action,
-            params.max_speed,
-            params.axle_length,
-            params.arena_half,
-        )
-        intake, amounts = consume(
-            position,
-            state.patches,
-            state.amounts,
-            params.eat_radius,
-            params.eat_rate,
-            params.regrowth_rate,
+    ) -> StepResult:
+        position, heading, intake, amounts = move_and_eat(
+            state.position, state.heading, state.patches, state.amounts, action, params
         )
         good_is_a = state.good == 0
         nourishing = jnp.where(good_is_a, intake[0], intake[1])
@@ -363,15 +245,7 @@ class LongHorizon(AbstractArenaEnv):
     def fields(
         self, state: LongHorizonState, params: LongHorizonParams, points: Points
     ) -> Float[Array, "n 2"]:
-        return jnp.stack(
-            [
-                exponential_field(
-                    points, state.patches[k], state.amounts[k], params.length_scale
-                )
-                for k in range(NUM_RESOURCES)
-            ],
-            axis=-1,
-        )
+        return patch_fields(points, state.patches, state.amounts, params.length_scale)
 
     def field_labels(self, state: LongHorizonState) -> tuple[str, ...]:
         good = int(state.good)
@@ -379,15 +253,6 @@ class LongHorizon(AbstractArenaEnv):
             f"{name} ({'nourishing' if k == good else 'harmful'})"
             for k, name in enumerate(self.field_names)
         )
-
-    def position(self, state: LongHorizonState) -> Float[Array, "2"]:
-        return state.position
-
-    def heading(self, state: LongHorizonState) -> Float[Array, ""]:
-        return state.heading
-
-    def arena_half(self, params: LongHorizonParams) -> Float[Array, ""]:
-        return params.arena_half
 
     def landmarks(self, state: LongHorizonState) -> Float[Array, "k m 2"]:
         return state.patches

@@ -1,7 +1,7 @@
 """Baseline fitness of the reference agents on L0, L2 and L4.
 
-    python scripts/baselines.py                 # the figures in docs/environments.md
-    python scripts/baselines.py --seeds 64      # quicker
+    python examples/baselines.py                 # the figures in docs/environments.md
+    python examples/baselines.py --seeds 64      # quicker
 
 For each environment (default params): the random agent, and the hand-coded
 agent (Braitenberg on L0, the homeostatic forager on L2) with its two

@@ -1,6 +1,6 @@
 """Solve gymnax CartPole-v1 with a preset strategy and an MLP, over several seeds.
 
-    python scripts/cartpole.py                  # the run in docs/environments.md
+    python examples/cartpole.py                  # the run in docs/environments.md
 
 Settings are those of tests/test_envs_gymnax.py (one seed there): an
 `MLPPolicy(4, 2, width=16, depth=1)` whose two outputs are argmaxed into

@@ -1,6 +1,6 @@
 """Evolve an MLP chemotaxis agent on L0 and compare it with the Braitenberg baseline.
 
-    python scripts/l0_vs_braitenberg.py            # the run in docs/environments.md
+    python examples/l0_vs_braitenberg.py            # the run in docs/environments.md
 
 An `MLPPolicy` (2 log-concentration inputs, one hidden layer, 2 motor commands)
 is evolved with a preset strategy; its fitness is the mean reward per step over
@@ -8,7 +8,7 @@ is evolved with a preset strategy; its fitness is the mean reward per step over
 lifetimes). `--seeds` independent runs share one compiled program
 (`evolve(num_seeds=K)`). Every run's final search distribution mean
 (`strategy.mean`) and its best-so-far genome are then scored on `--eval-seeds`
-held-out lifetimes (key 1, the lifetimes `scripts/baselines.py` scores the
+held-out lifetimes (key 1, the lifetimes `examples/baselines.py` scores the
 baselines on), next to the tuned Braitenberg vehicle (`BraitenbergAgent()`'s
 defaults). Pictures of both agents in one lifetime go to `--out`.
 """
