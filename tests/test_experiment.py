@@ -42,7 +42,7 @@ def test_run_writes_the_run_directory(tmp_path):
     ]
     assert [r["generation"] for r in records] == list(range(6))
     assert summary["generations"] == 6 and not summary["interrupted"]
-    assert config.load(tmp_path / "r/config.toml") == small()
+    assert config.load(tmp_path / "r/config.toml") == experiment.build(small()).resolved
     built, genome = experiment.load_best_genome(tmp_path / "r")
     fitness, _ = built.fitness(genome, jax.random.key(0))
     assert jax.numpy.isfinite(fitness)
@@ -88,7 +88,7 @@ def test_interrupt_checkpoints_the_last_complete_chunk(tmp_path, monkeypatch):
         return real_update(self, records)
 
     monkeypatch.setattr(experiment.Progress, "update", update_then_interrupt)
-    exp = small("run.checkpoint_every=100")
+    exp = small("run.checkpoint_every=100", "run.chunk_seconds=0")
     with pytest.raises(KeyboardInterrupt):
         experiment.run(exp, tmp_path / "i", quiet=True)
     assert Checkpointer(tmp_path / "i/checkpoints").latest() == 4
@@ -131,7 +131,10 @@ def test_new_run_refuses_an_existing_run_directory(tmp_path):
             r"env.params.colour is not a parameter of Chemotaxis",
         ),
         ("net.options.widht=3", r"net.options: cannot build MLPPolicy"),
-        ("strategy.name=CMA-ES", r"strategy: algorithm='CMA-ES'.*'CMA_ES'"),
+        (
+            "strategy.name=CMA-ES",
+            r"strategy 'CMA-ES': algorithm='CMA-ES'.*'CMA_ES'",
+        ),
         (
             "env.name=no.such.module:Env",
             r"env.name = 'no.such.module:Env' cannot be imported",
