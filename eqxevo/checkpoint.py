@@ -214,6 +214,12 @@ class Checkpointer:
             raise _Damaged("its state has other shapes or dtypes than it says")
         if integrity(state)["sha256"] != record["sha256"]:
             raise _Damaged("its checksum does not match the arrays read back")
+        reached = getattr(state, "generation", None)
+        if reached is not None and int(np.max(np.asarray(reached))) != generation:
+            raise _Damaged(
+                f"its state is at generation {int(np.max(np.asarray(reached)))}, "
+                f"not {generation}"
+            )
         return state
 
     def _set_aside(self, generation: int) -> None:

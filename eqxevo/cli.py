@@ -41,9 +41,15 @@ def _mesh(devices: int) -> Any:
 
     from .sharding import population_mesh, use_cpu_devices
 
-    use_cpu_devices(devices)
+    started = False
+    try:
+        use_cpu_devices(devices)
+    except RuntimeError:  # JAX already started (in-process use): keep its devices
+        started = True
     available = jax.devices()
-    if available[0].platform == "cpu":
+    if started:
+        limit, what = len(available), "JAX devices in this process (JAX had started)"
+    elif available[0].platform == "cpu":
         limit, what = _cores(), "CPU cores"
     else:
         limit, what = len(available), f"{available[0].platform.upper()} devices"
@@ -54,6 +60,27 @@ def _mesh(devices: int) -> Any:
             param_hint="--devices",
         )
     return population_mesh(available[:devices])
+
+
+def _newest_checkpoint(run_dir: Path) -> int | None:
+    """The newest checkpoint folder's generation (by name; not verified)."""
+    folder = run_dir / "checkpoints"
+    steps = [int(p.name) for p in folder.glob("*") if p.name.isdigit()]
+    return max(steps) if steps else None
+
+
+def _stop_request(run_dir: Path | None) -> Any:
+    """SIGINT/SIGTERM handling from the command's first line (before JAX starts):
+    until the run has finished a chunk, a signal exits at once, truthfully."""
+    from .interrupts import StopRequest
+
+    def describe() -> str:
+        newest = None if run_dir is None else _newest_checkpoint(run_dir)
+        if newest is None:
+            return "no checkpoint yet: nothing to resume"
+        return f"checkpoint at generation {newest} saved; `eqxevo resume {run_dir}`"
+
+    return StopRequest(describe)
 
 
 def _run_errors() -> tuple[type[Exception], ...]:
@@ -164,6 +191,33 @@ def run(
     tensorboard: bool,
     wandb: bool,
 ) -> None:
+    with _stop_request(None) as stop:
+        _run(
+            config,
+            overrides,
+            num_seeds,
+            out,
+            name,
+            quiet,
+            devices,
+            tensorboard,
+            wandb,
+            stop,
+        )
+
+
+def _run(
+    config: str | None,
+    overrides: tuple[str, ...],
+    num_seeds: int | None,
+    out: str,
+    name: str | None,
+    quiet: bool,
+    devices: int,
+    tensorboard: bool,
+    wandb: bool,
+    stop: Any,
+) -> None:
     items = list(overrides) + ([f"run.num_seeds={num_seeds}"] if num_seeds else [])
     items += ["sinks.tensorboard=true"] if tensorboard else []
     items += ["sinks.wandb=true"] if wandb else []
@@ -172,13 +226,13 @@ def run(
     except ConfigError as err:
         _fail(err)
         return
+    mesh = _mesh(devices)
     if experiment.strategy.population_size % devices:
         raise click.BadParameter(
             f"strategy.population_size = {experiment.strategy.population_size} "
             f"does not split over {devices} devices; use a multiple of {devices}",
             param_hint="--devices",
         )
-    mesh = _mesh(devices)
     from . import experiment as experiment_module
 
     if name is None:
@@ -190,11 +244,11 @@ def run(
     run_dir = Path(out) / name
     try:
         summary = experiment_module.run(
-            experiment, run_dir, quiet=quiet, mesh=mesh, handle_signals=True
+            experiment, run_dir, quiet=quiet, mesh=mesh, stop=stop
         )
-    except experiment_module.RunInterrupted as stop:
-        click.echo(stop.message, err=True)
-        sys.exit(stop.exit_code)
+    except experiment_module.RunInterrupted as interrupted:
+        click.echo(interrupted.message, err=True)
+        sys.exit(interrupted.exit_code)
     except _run_errors() as err:
         _fail(err)
         return
@@ -245,19 +299,20 @@ def resume(run_dir: str, overrides: tuple[str, ...], quiet: bool, devices: int) 
       eqxevo resume runs/my-run
       eqxevo resume runs/my-run --set run.generations=400   # run longer
     """
-    mesh = _mesh(devices)
-    from . import experiment as experiment_module
+    with _stop_request(Path(run_dir)) as stop:
+        mesh = _mesh(devices)
+        from . import experiment as experiment_module
 
-    try:
-        summary = experiment_module.resume(
-            Path(run_dir), overrides, quiet=quiet, mesh=mesh, handle_signals=True
-        )
-    except experiment_module.RunInterrupted as stop:
-        click.echo(stop.message, err=True)
-        sys.exit(stop.exit_code)
-    except _run_errors() as err:
-        _fail(err)
-        return
+        try:
+            summary = experiment_module.resume(
+                Path(run_dir), overrides, quiet=quiet, mesh=mesh, stop=stop
+            )
+        except experiment_module.RunInterrupted as interrupted:
+            click.echo(interrupted.message, err=True)
+            sys.exit(interrupted.exit_code)
+        except _run_errors() as err:
+            _fail(err)
+            return
     _report(Path(run_dir), summary)
 
 

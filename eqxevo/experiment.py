@@ -281,7 +281,8 @@ def make_strategy(experiment: Experiment, genome: Genome) -> Strategy:
         for field in ("params.", "population_size=", "init_scale"):
             message = message.replace(field, f"strategy.{field}", 1)
         raise ConfigError(f"strategy {spec.name!r}: {message}") from err
-    defaults = strategy.algorithm.default_params
+    with jax.numpy_dtype_promotion("standard"):  # evosax computes them loosely
+        defaults = strategy.algorithm.default_params
     if dataclasses.is_dataclass(defaults) and not isinstance(defaults, type):
         normalised = {
             f.name: _coerce(
@@ -517,17 +518,17 @@ def available_memory(mesh: Any = None) -> tuple[int | None, str]:
     stats = devices[0].memory_stats() or {}
     if "bytes_limit" in stats:
         free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-        return free, f"{devices[0].device_kind} ({len(devices)} device(s))"
+        return free, f"each {devices[0].device_kind}"
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024, "this host's memory"
+                    return int(line.split()[1]) * 1024, "this host"
     except OSError:
         pass
     try:
         pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        return int(pages), "this host's memory"
+        return int(pages), "this host"
     except (ValueError, OSError, AttributeError):
         return None, "unknown"
 
@@ -550,16 +551,20 @@ def memory_estimate(compiled: Any) -> dict[str, int]:
     return out
 
 
-def _too_big(experiment: Experiment, needed: int, available: int, where: str) -> str:
-    p = experiment.strategy.population_size
-    batch = experiment.run.batch_size
-    smaller = max(1, min(p, batch or p) // max(2, -(-needed // max(available, 1))))
+def _too_big(built: Built, needed: int, available: int, where: str) -> str:
+    e = built.experiment
+    p = e.strategy.population_size
+    d = built.strategy.num_params
+    population = (
+        p * d * np.dtype(built.strategy.layout.dtype).itemsize * e.run.num_seeds
+    )
     return (
         f"this run needs about {format_bytes(needed)} (XLA's memory analysis of one "
         f"chunk of generations) but {where} has {format_bytes(available)} "
-        f"available. Lower strategy.population_size (now {p}), set "
+        f"available. Lower strategy.population_size (now {p}; the population alone "
+        f"is {format_bytes(population)}: {p} genomes x {d} parameters), set "
         f"run.batch_size to evaluate fewer genomes at a time (now "
-        f"{batch or 'all'}; try {smaller}), or split over more devices (--devices)"
+        f"{e.run.batch_size or 'all'}), or split over more devices (--devices)"
     )
 
 
@@ -726,6 +731,7 @@ def run(
     stream: Any = None,
     mesh: Any = None,
     handle_signals: bool = False,
+    stop: StopRequest | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) an experiment in `run_dir`; returns the run summary.
 
@@ -742,6 +748,8 @@ def run(
             first stops after the running chunk with a checkpoint (or at once
             when there is nothing to save), the second exits at once. Off, a
             KeyboardInterrupt still saves the last finished chunk.
+        stop: a `StopRequest` the caller installed already (the CLI does, before
+            it imports anything heavy); implies `handle_signals`.
 
     Raises:
         RunDirError: a new run in a folder that holds a run with checkpoints, or
@@ -787,24 +795,34 @@ def run(
             segment["status"] = "killed"  # it never wrote its end
 
     total = experiment.run.generations
-    saved = {"generation": checkpoints.latest()}
-    stop = StopRequest(
-        lambda: (
+    saved = {"generation": generation if state is not None else None}
+
+    def describe() -> str:
+        if saved["generation"] is None:
+            return "no checkpoint yet: nothing to resume"
+        return (
             f"checkpoint at generation {saved['generation']} saved; "
             f"`eqxevo resume {run_dir}`"
-            if saved["generation"] is not None
-            else "no checkpoint yet: nothing to resume"
-        ),
-        stream=stream,
-    )
+        )
+
+    owned = stop is None
+    if stop is None:
+        stop = StopRequest(describe, stream=stream)
+    else:
+        stop.describe = describe
+        handle_signals = True
     if generation >= total:
         checkpoints.close()
         summary.setdefault("generations", generation)
         summary["complete"] = True
-        for note in notes:
-            print(note, file=stream or sys.stderr)
+        notes.append(
+            f"{run_dir} is complete at generation {generation} (run.generations = "
+            f"{total}): nothing to run; extend it with --set run.generations=N"
+        )
+        _say(notes, stream)
         return _totals(summary)
 
+    _say(notes, stream)
     started = time.perf_counter()
     segment: dict[str, Any] = {
         "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -822,7 +840,7 @@ def run(
     sinks: list[Any] = []
     evolve_started: float | None = None
     with (
-        stop if handle_signals else _Null(),
+        stop if handle_signals and owned else _Null(),
         Progress(
             total,
             built.agent_steps_per_generation,
@@ -831,8 +849,6 @@ def run(
             stream=progress_stream,
         ) as progress,
     ):
-        for note in notes:
-            progress.say(note)
         sinks = _sinks(built, run_dir)
 
         def save(at: int, state: Any) -> None:
@@ -857,6 +873,13 @@ def run(
 
         try:
             if state is None:
+                # A population-based state holds P genomes: check it fits before
+                # it is allocated.
+                shapes = jax.eval_shape(built.initial_state)
+                needed = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes))
+                available, where = available_memory(mesh)
+                if available is not None and needed > available:
+                    raise ResourceError(_too_big(built, needed, available, where))
                 state = built.initial_state()
             compile_started = time.perf_counter()
             compiled = compile_chunk(
@@ -891,7 +914,7 @@ def run(
                     )
                 )
                 if available is not None and needed > available:
-                    raise ResourceError(_too_big(experiment, needed, available, where))
+                    raise ResourceError(_too_big(built, needed, available, where))
             progress.start_running()
             evolve_started = time.perf_counter()
             evolve(
@@ -919,7 +942,7 @@ def run(
                 + " ".join(str(err).split())[:200]
                 + "). "
                 + _too_big(
-                    experiment,
+                    built,
                     segment.get("memory_estimate_bytes", 0),
                     available_memory(mesh)[0] or 0,
                     available_memory(mesh)[1],
@@ -955,14 +978,14 @@ def run(
     summary["interrupted"] = bool(interrupted)
     _write_summary(run_dir, summary)
     if interrupted:
-        message = (
-            f"checkpoint at generation {saved['generation']} saved; "
-            f"`eqxevo resume {run_dir}`"
-            if saved["generation"] is not None
-            else "no checkpoint yet: nothing to resume"
-        )
-        raise RunInterrupted(message, exit_code(interrupted), saved["generation"])
+        raise RunInterrupted(describe(), exit_code(interrupted), saved["generation"])
     return summary
+
+
+def _say(notes: list[str], stream: Any) -> None:
+    """Print notes the user must see (even with quiet): fallbacks, reuse."""
+    for note in notes:
+        print(note, file=stream if stream is not None else sys.stderr, flush=True)
 
 
 class _Null:

@@ -27,7 +27,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -60,9 +60,7 @@ class StopRequest:
             exit never cuts a write short on the first signal.
     """
 
-    def __init__(
-        self, describe: Callable[[], str], stream: TextIO | None = None
-    ) -> None:
+    def __init__(self, describe: Callable[[], str], stream: Any = None) -> None:
         self.describe = describe
         self.stream = stream
         self.requested = False
