@@ -138,7 +138,8 @@ class Chunk:
         state: the strategy state after this chunk (for checkpoints); batched
             over seeds with `num_seeds`.
         best_fitness: best fitness so far in the user's sign, `()` or `(K,)`.
-        seconds: wall time since `evolve` was called (compilation included).
+        seconds: wall time from the `evolve` call until this chunk's results
+            were ready (compilation included).
     """
 
     history: dict[str, Any]
@@ -444,6 +445,15 @@ def _check_positive_int(name: str, value: Any) -> int:
     return value
 
 
+def _is_ready(tree: Any) -> bool:
+    """Whether every array of `tree` has been computed (never blocks)."""
+    return all(
+        getattr(leaf, "is_ready", lambda: True)()
+        for leaf in jtu.tree_leaves(tree)
+        if isinstance(leaf, jax.Array)
+    )
+
+
 def _host(leaf: Any) -> Any:
     if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
         leaf = jr.key_data(leaf)
@@ -594,18 +604,25 @@ def evolve(
     # per generation (time between two finished chunks over its generations).
     pace = {"planned": 1 if chunk_seconds is not None else chunk_size, "at": started}
 
-    def plan(num_active: int) -> None:
-        now = time.perf_counter()
+    def plan(num_active: int, now: float) -> None:
         per_generation = (now - pace["at"]) / num_active
         pace["at"] = now
         if chunk_seconds is not None:
             fits = int(chunk_seconds / max(per_generation, 1e-9))
             pace["planned"] = max(1, min(chunk_size, fits))
 
-    def receive(out: Any, aux_static: Any, num_active: int, state_now: Any) -> bool:
+    def receive(
+        out: Any,
+        aux_static: Any,
+        num_active: int,
+        state_now: Any,
+        ready_at: float | None,
+    ) -> bool:
         """Hand a finished chunk to the host; True if the callback asks to stop."""
         record, aux, valid = jtu.tree_map(_host, jax.device_get(out))
-        plan(num_active)
+        if ready_at is None:
+            ready_at = time.perf_counter()
+        plan(num_active, ready_at)
         take = (slice(None), slice(0, num_active)) if batched else slice(0, num_active)
         history = {k: np.asarray(v)[take] for k, v in record.items()}
         aux = eqx.combine(jtu.tree_map(lambda a: a[take], aux), aux_static)
@@ -638,13 +655,16 @@ def evolve(
         if callback is None:
             return False
         reached = int(history["generation"].max()) + 1
+        # On the host: a device computation here would queue behind the chunk
+        # already running and hold the host until it ends (no overlap left).
+        best_fitness = np.asarray(jax.device_get(state_now.best_fitness))
         chunk = Chunk(
             history=history,
             generation=reached,
             num_generations=stop_generation,
             state=state_now,
-            best_fitness=np.asarray(strategy.best_fitness(state_now)),
-            seconds=time.perf_counter() - started,
+            best_fitness=-best_fitness if strategy.maximize else best_fitness,
+            seconds=ready_at - started,
         )
         return bool(callback(chunk))
 
@@ -676,7 +696,11 @@ def evolve(
                 stopped = True
                 break
             state = next_state
-            pending = (out, aux_static, num_active, state)
+            # XLA:CPU runs a program holding a `lax.cond` (every chunk does)
+            # within the dispatch: its results are then ready already, and
+            # that is when the chunk ended (for timing and chunk_seconds).
+            ready_at = time.perf_counter() if _is_ready(state) else None
+            pending = (out, aux_static, num_active, state, ready_at)
         if not stopped:
             assert pending is not None
             stopped = receive(*pending)

@@ -839,6 +839,7 @@ def run(
     interrupted: int | None = None
     sinks: list[Any] = []
     evolve_started: float | None = None
+    evolve_at = time.perf_counter()
     with (
         stop if handle_signals and owned else _Null(),
         Progress(
@@ -864,7 +865,7 @@ def run(
                 metrics.append(records)
                 for sink in sinks:
                     sink.write(records)
-                progress.update(records)
+                progress.update(records, at=evolve_at + chunk.seconds)
                 latest["generation"], latest["state"] = chunk.generation, chunk.state
                 if chunk.generation // every > (saved["generation"] or 0) // every:
                     save(chunk.generation, chunk.state)
@@ -915,8 +916,9 @@ def run(
                 )
                 if available is not None and needed > available:
                     raise ResourceError(_too_big(built, needed, available, where))
-            progress.start_running()
             evolve_started = time.perf_counter()
+            evolve_at = evolve_started
+            progress.start_running(evolve_started)
             evolve(
                 built.key,
                 built.strategy,

@@ -357,9 +357,10 @@ class Progress:
     def elapsed(self) -> float:
         return time.perf_counter() - self._t0
 
-    def start_running(self) -> None:
-        """Mark the end of compilation: rates are measured from here."""
-        self._run_t0 = time.perf_counter()
+    def start_running(self, at: float | None = None) -> None:
+        """Mark the end of compilation (now, or at `at`, a `time.perf_counter()`
+        value): rates are measured from here."""
+        self._run_t0 = time.perf_counter() if at is None else at
         self._run_from = self.done
         self._last_update = self._run_t0
 
@@ -387,8 +388,11 @@ class Progress:
         behind = time.perf_counter() - self._last_update
         return max((self.total - self.done) * per_generation - behind, 0.0)
 
-    def update(self, records: Sequence[Mapping[str, Any]]) -> None:
-        """Account for a chunk of records (one or more generations)."""
+    def update(
+        self, records: Sequence[Mapping[str, Any]], at: float | None = None
+    ) -> None:
+        """Account for a chunk of records (one or more generations), finished now
+        or at `at` (a `time.perf_counter()` value: when the device finished it)."""
         if not records:
             return
         if self._run_t0 is None:
@@ -397,7 +401,7 @@ class Progress:
         latest = [r for r in records if r["generation"] == last]
         first_chunk = self.done == self._run_from
         self.done = last + 1
-        self._last_update = time.perf_counter()
+        self._last_update = time.perf_counter() if at is None else at
         bests = [r["best_so_far"] for r in latest if r.get("best_so_far") is not None]
         means = [r["mean"] for r in latest if r.get("mean") is not None]
         self.best = max(bests) if bests else None
