@@ -855,8 +855,15 @@ def run(
         def save(at: int, state: Any) -> None:
             checkpoints.save(at, state, record)
             saved["generation"] = at
+            # The summary on disk counts this segment up to here, should the
+            # process be killed before it ends.
+            now = time.perf_counter()
             segment["to_generation"] = at
-            segment["wall_time_s"] = round(time.perf_counter() - started, 3)
+            segment["wall_time_s"] = round(now - started, 3)
+            segment["run_time_s"] = round(now - (evolve_started or now), 3)
+            segment["agent_steps"] = (
+                at - segment["from_generation"]
+            ) * built.agent_steps_per_generation
             _write_summary(run_dir, summary)
 
         def on_chunk(chunk: Chunk) -> bool:
