@@ -340,7 +340,13 @@ def plot(run_dir: str, steps: int | None) -> None:
     records = MetricsLog(path / "metrics.jsonl").read()
     if not records:
         _fail(ValueError(f"{path} has no metrics.jsonl records to plot"))
-    written = [plot_fitness(records, path / "fitness.png", title=path.name)]
+    try:
+        title = experiment_module.run_title(
+            config_module.load(path / "config.toml"), path
+        )
+    except ConfigError:
+        title = path.name
+    written = [plot_fitness(records, path / "fitness.png", title=title)]
     if (path / "best_genome.eqx").exists():
         try:
             written.append(experiment_module.plot_best(path, steps))

@@ -663,7 +663,9 @@ def evolve(
             generation=reached,
             num_generations=stop_generation,
             state=state_now,
-            best_fitness=-best_fitness if strategy.maximize else best_fitness,
+            best_fitness=np.asarray(
+                -best_fitness if strategy.maximize else best_fitness
+            ),
             seconds=ready_at - started,
         )
         return bool(callback(chunk))

@@ -666,7 +666,7 @@ def _prepare_new(run_dir: Path) -> bool:
     if not (run_dir / "config.toml").exists():
         run_dir.mkdir(parents=True, exist_ok=True)
         return False
-    if Checkpointer(run_dir / "checkpoints").latest() is not None:
+    if any(p.name.isdigit() for p in (run_dir / "checkpoints").glob("*")):
         raise RunDirError(
             f"{run_dir} already holds a run; continue it with `eqxevo resume "
             f"{run_dir}` or choose another --out/--name"
@@ -979,7 +979,9 @@ def run(
         best, best_fitness = _best_of_seeds(built, state)
         save_genome(run_dir / "best_genome.eqx", best)
         plot_fitness(
-            metrics.read(), run_dir / "fitness.png", title=_title(built, run_dir)
+            metrics.read(),
+            run_dir / "fitness.png",
+            title=run_title(built.experiment, run_dir),
         )
         summary["best_fitness"] = best_fitness
     summary["generations"] = generation
@@ -1005,11 +1007,13 @@ class _Null:
         return None
 
 
-def _title(built: Built, run_dir: Path) -> str:
-    e = built.experiment
+def run_title(experiment: Experiment, run_dir: str | Path) -> str:
+    """A figure title naming the run: directory, environment, network, strategy,
+    P, T and seeds."""
+    e = experiment
     seeds = f", {e.run.num_seeds} seeds" if e.run.num_seeds > 1 else ""
     return (
-        f"{run_dir.name}: {e.env.name}, {e.net.name}, {e.strategy.name} "
+        f"{Path(run_dir).name}: {e.env.name}, {e.net.name}, {e.strategy.name} "
         f"(P={e.strategy.population_size}, T={e.run.lifetime}{seeds})"
     )
 

@@ -132,3 +132,23 @@ def test_format_seconds_and_bytes():
         "13.8 kB",
         "16.2 GB",
     ]
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_live_bar_fits_the_terminal_width(monkeypatch):
+    import re
+
+    monkeypatch.setenv("COLUMNS", "150")
+    out = Terminal()
+    with Progress(10, 100, stream=out) as progress:
+        progress.start_running()
+        progress.update(history_records(chunk([0, 1, 2])))
+    visible = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    lines = [line for line in visible.replace("\r", "\n").splitlines() if line]
+    assert max(len(line) for line in lines) <= 150
+    final = [line for line in lines if re.search(r"gen +3/10", line)][-1]
+    assert "agent-steps/s" in final and "eta" in final  # not cut at 80 columns
