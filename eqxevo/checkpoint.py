@@ -1,11 +1,18 @@
-"""Save and restore a run's strategy state with orbax-checkpoint: atomic, bounded.
+"""Save, verify and restore a run's strategy state with orbax-checkpoint.
 
 A checkpoint is a folder `checkpoints/<generation>/` holding the strategy state
 (arrays only, orbax's standard format: array files plus JSON metadata, so
-loading never unpickles or executes anything) and the experiment that wrote it
-(JSON). orbax writes into a temporary folder and renames it when complete, so a
-crash during a save never spoils the latest good checkpoint; only the last
-`keep` checkpoints are kept.
+loading never unpickles or executes anything), the experiment that wrote it
+(JSON) and an integrity record (JSON): every leaf's path, shape and dtype and a
+SHA-256 of their bytes, computed from the state before it was written. orbax
+writes into a temporary folder and renames it when complete, so a crash during
+a save never spoils an older checkpoint; only the last `keep` are kept.
+
+Loading verifies structure, shapes, dtypes and the checksum. `restore` takes the
+newest checkpoint that passes and says which newer ones it skipped and why (a
+truncated or missing file, other shapes, a checksum that does not match); the
+skipped folders are moved to `damaged-checkpoints/` beside `checkpoints/` so the
+resumed run can write those generations again.
 
 The generation index lives in the state itself, and `evolve` derives every key
 from (seed, generation), so restoring a checkpoint and running on reproduces the
@@ -13,12 +20,18 @@ uninterrupted run bit-for-bit.
 """
 
 import contextlib
+import dataclasses
+import hashlib
 import logging
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
 import orbax.checkpoint as ocp
 
 
@@ -28,7 +41,7 @@ def _quiet_orbax() -> Iterator[None]:
     and give the user's logging configuration back afterwards."""
     logger = logging.getLogger("absl")
     previous = logger.level
-    logger.setLevel(max(previous, logging.WARNING))
+    logger.setLevel(max(previous, logging.ERROR))
     try:
         yield
     finally:
@@ -36,7 +49,11 @@ def _quiet_orbax() -> Iterator[None]:
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint is missing, or incompatible with the experiment resuming it."""
+    """A checkpoint is missing, damaged, or incompatible with the experiment."""
+
+
+class _Damaged(Exception):
+    """One checkpoint failed verification (internal; the reason is its message)."""
 
 
 def _differences(saved: Any, current: Any, prefix: str = "") -> list[str]:
@@ -52,29 +69,80 @@ def _differences(saved: Any, current: Any, prefix: str = "") -> list[str]:
     return []
 
 
+def _host_leaf(leaf: Any) -> np.ndarray:
+    if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        leaf = jr.key_data(leaf)
+    return np.ascontiguousarray(np.asarray(leaf))
+
+
+def _leaf_table(tree: Any) -> list[list[Any]]:
+    """`[path, shape, dtype]` of every leaf (PRNG keys by their key type)."""
+    rows = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        rows.append([jax.tree_util.keystr(path), list(leaf.shape), str(leaf.dtype)])
+    return rows
+
+
+def integrity(state: Any) -> dict[str, Any]:
+    """What a checkpoint's integrity record holds for `state`: its leaves' paths,
+    shapes and dtypes, and a SHA-256 of their bytes in that order."""
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(state):
+        data = _host_leaf(leaf)
+        digest.update(f"{data.dtype.str}{data.shape}".encode())
+        digest.update(data.tobytes())
+    return {"leaves": _leaf_table(state), "sha256": digest.hexdigest()}
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A checkpoint `restore` passed over: its generation and why."""
+
+    generation: int
+    reason: str
+
+
 class Checkpointer:
     """Checkpoints of one run directory.
 
     Arguments:
         directory: the run's `checkpoints/` folder (created if missing).
         keep: how many of the most recent checkpoints to keep.
+
+    Attributes:
+        skipped: the damaged checkpoints the last `restore` passed over.
     """
 
     def __init__(self, directory: str | Path, keep: int = 3):
         self.directory = Path(directory).resolve()
-        self._manager = ocp.CheckpointManager(
-            self.directory,
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
-        )
+        self.keep = keep
+        self.skipped: list[Skipped] = []
+        self._manager = self._open()
+
+    def _open(self) -> ocp.CheckpointManager:
+        with _quiet_orbax():
+            return ocp.CheckpointManager(
+                self.directory,
+                options=ocp.CheckpointManagerOptions(
+                    max_to_keep=self.keep, create=True
+                ),
+            )
 
     def save(self, generation: int, state: Any, experiment: Mapping[str, Any]) -> None:
         """Write the state reached after `generation` generations (waits until done)."""
+        record = integrity(state)
         with _quiet_orbax():
             self._manager.save(
                 generation,
                 args=ocp.args.Composite(
                     state=ocp.args.StandardSave(state),
                     experiment=ocp.args.JsonSave(dict(experiment)),
+                    integrity=ocp.args.JsonSave(record),
                 ),
                 force=True,
             )
@@ -82,17 +150,92 @@ class Checkpointer:
             # in step; a save is small next to a chunk of generations.
             self._manager.wait_until_finished()
 
+    def generations(self) -> list[int]:
+        """Generations of the complete checkpoints on disk, oldest first (not yet
+        verified)."""
+        with _quiet_orbax():
+            self._manager.reload()
+            return sorted(self._manager.all_steps())
+
     def latest(self) -> int | None:
-        """Generation of the newest complete checkpoint, or None."""
-        self._manager.reload()
-        return self._manager.latest_step()
+        """Generation of the newest complete checkpoint (not yet verified), or None."""
+        steps = self.generations()
+        return steps[-1] if steps else None
 
     def experiment(self, generation: int) -> dict[str, Any]:
         """The experiment (nested dicts) that wrote a checkpoint."""
-        out = self._manager.restore(
-            generation, args=ocp.args.Composite(experiment=ocp.args.JsonRestore())
-        )
+        with _quiet_orbax():
+            out = self._manager.restore(
+                generation,
+                args=ocp.args.Composite(experiment=ocp.args.JsonRestore()),
+            )
         return dict(out["experiment"])
+
+    def _load(self, generation: int, like: Any) -> Any:
+        """Read and verify one checkpoint's state; `_Damaged` says why not."""
+        path = self.directory / str(generation)
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+        expected = _leaf_table(abstract)
+        try:
+            with _quiet_orbax():
+                record = self._manager.restore(
+                    generation,
+                    args=ocp.args.Composite(integrity=ocp.args.JsonRestore()),
+                )["integrity"]
+        except Exception as err:  # orbax and tensorstore raise many kinds
+            raise _Damaged(
+                f"its integrity record is unreadable ({_one_line(err)})"
+            ) from err
+        if not isinstance(record, Mapping) or "sha256" not in record:
+            raise _Damaged("its integrity record is malformed")
+        if record.get("leaves") != expected:
+            saved = {tuple(r[:1]): r for r in record.get("leaves", [])}
+            for row in expected:
+                other = saved.get(tuple(row[:1]))
+                if other != row:
+                    raise _Damaged(
+                        f"state{row[0]} was saved as {other[2]}{other[1]}, this "
+                        f"experiment has {row[2]}{row[1]}"
+                        if other
+                        else f"state{row[0]} is missing from it"
+                    )
+            raise _Damaged("its state has another structure than this experiment's")
+        try:
+            with _quiet_orbax():
+                state = self._manager.restore(
+                    generation,
+                    args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)),
+                )["state"]
+        except Exception as err:  # a truncated or missing array file, mostly
+            raise _Damaged(f"its state cannot be read ({_one_line(err)})") from err
+        if jax.tree.structure(state) != jax.tree.structure(abstract):
+            raise _Damaged(f"{path} holds a state of another structure")
+        if _leaf_table(state) != expected:
+            raise _Damaged("its state has other shapes or dtypes than it says")
+        if integrity(state)["sha256"] != record["sha256"]:
+            raise _Damaged("its checksum does not match the arrays read back")
+        reached = getattr(state, "generation", None)
+        if reached is not None and int(np.max(np.asarray(reached))) != generation:
+            raise _Damaged(
+                f"its state is at generation {int(np.max(np.asarray(reached)))}, "
+                f"not {generation}"
+            )
+        return state
+
+    def _set_aside(self, generation: int) -> None:
+        """Move a damaged checkpoint out of orbax's way (its generation is written
+        again when the resumed run reaches it)."""
+        source = self.directory / str(generation)
+        if not source.exists():
+            return
+        target_dir = self.directory.parent / "damaged-checkpoints"
+        target_dir.mkdir(exist_ok=True)
+        target = target_dir / str(generation)
+        n = 1
+        while target.exists():
+            n += 1
+            target = target_dir / f"{generation}.{n}"
+        shutil.move(str(source), str(target))
 
     def restore(
         self,
@@ -102,52 +245,77 @@ class Checkpointer:
         ignore: tuple[str, ...] = (),
         generation: int | None = None,
     ) -> tuple[int, Any]:
-        """Restore the newest (or a given) checkpoint.
+        """Restore the newest good checkpoint (or a given one), verified.
 
         Arguments:
             like: a state of the expected structure (e.g. `strategy.init(key)`, or
                 its `jax.eval_shape`), to check shapes and dtypes against.
             experiment: the experiment resuming; it must match the one that wrote
-                the checkpoint, except for the dotted keys in `ignore`.
-            ignore: keys allowed to differ (e.g. "run.generations").
-            generation: a specific checkpoint instead of the newest.
+                the checkpoint, except for the dotted keys (or key prefixes
+                ending in ".") in `ignore`.
+            ignore: keys allowed to differ (e.g. "run.generations", "sinks.").
+            generation: restore exactly this checkpoint (no fallback).
 
         Returns:
-            `(generation, state)`.
+            `(generation, state)`. Newer checkpoints that failed verification are
+            listed in `self.skipped` and moved to `damaged-checkpoints/`.
 
         Raises:
-            CheckpointError: no checkpoint, a config that differs, or a state of
-                another structure.
+            CheckpointError: no checkpoint, none that passes verification, or a
+                checkpoint written by another experiment.
         """
-        if generation is None:
-            generation = self.latest()
-        if generation is None:
+        self.skipped = []
+        candidates = self.generations()
+        if generation is not None:
+            candidates = [generation] if generation in candidates else []
+        if not candidates:
             raise CheckpointError(f"no complete checkpoint in {self.directory}")
-        saved = self.experiment(generation)
-        diffs = [
-            d
-            for d in _differences(saved, dict(experiment))
-            if not any(d.startswith(f"{key}:") for key in ignore)
-        ]
-        if diffs:
-            raise CheckpointError(
-                f"checkpoint {self.directory / str(generation)} was written by another "
-                "experiment; resume with the run's own config or start a new run. "
-                "Differences:\n  " + "\n  ".join(diffs)
-            )
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-        try:
-            out = self._manager.restore(
-                generation,
-                args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)),
-            )
-        except (ValueError, KeyError) as err:
-            raise CheckpointError(
-                f"checkpoint {self.directory / str(generation)} holds a state of a "
-                f"different structure than this experiment builds: {err}"
-            ) from err
-        return generation, out["state"]
+        for step in reversed(candidates):
+            try:
+                with _quiet_orbax():
+                    saved = self.experiment(step)
+            except Exception as err:
+                self.skipped.append(
+                    Skipped(
+                        step, f"its experiment record is unreadable ({_one_line(err)})"
+                    )
+                )
+                continue
+            diffs = [
+                d
+                for d in _differences(saved, dict(experiment))
+                if not any(
+                    d.startswith(f"{key}:") or (key.endswith(".") and d.startswith(key))
+                    for key in ignore
+                )
+            ]
+            if diffs:
+                raise CheckpointError(
+                    f"checkpoint {self.directory / str(step)} was written by another "
+                    "experiment; resume with the run's own config or start a new "
+                    "run. Differences:\n  " + "\n  ".join(diffs)
+                )
+            try:
+                state = self._load(step, like)
+            except _Damaged as damage:
+                self.skipped.append(Skipped(step, str(damage)))
+                continue
+            if generation is None:
+                for bad in self.skipped:
+                    self._set_aside(bad.generation)
+                if self.skipped:
+                    self._manager.close()
+                    self._manager = self._open()
+            return step, state
+        reasons = "; ".join(
+            f"generation {s.generation}: {s.reason}" for s in self.skipped
+        )
+        raise CheckpointError(
+            f"no checkpoint in {self.directory} passes verification ({reasons}); "
+            "start the run again under a new name"
+        )
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        with _quiet_orbax():
+            self._manager.wait_until_finished()
+            self._manager.close()

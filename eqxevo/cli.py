@@ -5,7 +5,7 @@ Every command goes through `eqxevo.experiment`, which calls the same
 """
 
 import json
-import signal
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,12 +16,20 @@ import click
 from . import config as config_module
 from .checkpoint import CheckpointError
 from .config import ConfigError
+from .metrics import SinkError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 def _fail(err: Exception) -> None:
     raise click.ClickException(str(err)) from err
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def _mesh(devices: int) -> Any:
@@ -33,23 +41,52 @@ def _mesh(devices: int) -> Any:
 
     from .sharding import population_mesh, use_cpu_devices
 
-    use_cpu_devices(devices)
+    started = False
+    try:
+        use_cpu_devices(devices)
+    except RuntimeError:  # JAX already started (in-process use): keep its devices
+        started = True
     available = jax.devices()
-    if len(available) < devices:
+    if started:
+        limit, what = len(available), "JAX devices in this process (JAX had started)"
+    elif available[0].platform == "cpu":
+        limit, what = _cores(), "CPU cores"
+    else:
+        limit, what = len(available), f"{available[0].platform.upper()} devices"
+    if devices > limit or len(available) < devices:
         raise click.BadParameter(
-            f"{devices} devices requested; this machine has {len(available)}",
+            f"--devices {devices}: this machine has {limit} {what}; allowed: 1 to "
+            f"{limit}",
             param_hint="--devices",
         )
     return population_mesh(available[:devices])
 
 
-def _sigterm_as_interrupt() -> None:
-    """SIGTERM (a cluster's preemption notice) checkpoints like Ctrl-C does."""
+def _newest_checkpoint(run_dir: Path) -> int | None:
+    """The newest checkpoint folder's generation (by name; not verified)."""
+    folder = run_dir / "checkpoints"
+    steps = [int(p.name) for p in folder.glob("*") if p.name.isdigit()]
+    return max(steps) if steps else None
 
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
 
-    signal.signal(signal.SIGTERM, handler)
+def _stop_request(run_dir: Path | None) -> Any:
+    """SIGINT/SIGTERM handling from the command's first line (before JAX starts):
+    until the run has finished a chunk, a signal exits at once, truthfully."""
+    from .interrupts import StopRequest
+
+    def describe() -> str:
+        newest = None if run_dir is None else _newest_checkpoint(run_dir)
+        if newest is None:
+            return "no checkpoint yet: nothing to resume"
+        return f"checkpoint at generation {newest} saved; `eqxevo resume {run_dir}`"
+
+    return StopRequest(describe)
+
+
+def _run_errors() -> tuple[type[Exception], ...]:
+    from .experiment import ResourceError, RunDirError
+
+    return (ConfigError, CheckpointError, RunDirError, ResourceError, SinkError)
 
 
 @click.group(context_settings=CONTEXT)
@@ -70,22 +107,40 @@ def main() -> None:
 RUN_HELP = """Run an experiment: CONFIG.toml, or the default (L0 chemotaxis, sparse rate
 network, SNES preset, P=256, T=1000).
 
-Writes a run directory with config.toml, metrics.jsonl, fitness.png,
-best_genome.eqx, summary.json and checkpoints/. Ctrl-C (or SIGTERM) checkpoints
-and stops; `eqxevo resume RUN_DIR` then continues bit-for-bit.
+Writes a run directory with config.toml (every resolved value: `eqxevo run
+RUN_DIR/config.toml` repeats the run), metrics.jsonl, fitness.png,
+best_genome.eqx, summary.json (totals over every resume) and verified
+checkpoints/. After compiling it prints XLA's memory estimate (and stops if the
+run cannot fit); after the first chunk, the projected wall time. The first Ctrl-C
+(or SIGTERM) stops after the running chunk with a checkpoint (exit 130/143); a
+second quits at once. `eqxevo resume RUN_DIR` then continues bit-for-bit.
 
 \b
 Examples:
   eqxevo run
   eqxevo run experiment.toml --num-seeds 4
   eqxevo run --set env.name=foraging --set run.lifetime=5000 --set run.generations=50
+  eqxevo run --set strategy.name=SV_CMA_ES --set strategy.kwargs.num_populations=4
+  eqxevo run --set 'net.options.plasticity={ learning_rate = 0.01 }' --tensorboard
+"""
 
-\b
-Config keys (TOML tables [env], [net], [strategy], [run]) and defaults:
-""" + config_module.describe()
+
+class _RunCommand(click.Command):
+    """`eqxevo run`: the config keys, networks, environments and strategies are
+    listed after the options, built only when --help asks (it imports evosax)."""
+
+    def format_epilog(self, ctx: click.Context, formatter: Any) -> None:
+        from .experiment import catalogue
+
+        formatter.write(
+            "\nConfig keys (TOML tables [env], [net], [strategy], [run], [sinks]); "
+            "defaults are TOML literals, as --set takes them:\n"
+        )
+        formatter.write(config_module.describe() + "\n\n")
+        formatter.write(catalogue() + "\n")
 
 
-@main.command(context_settings=CONTEXT, help=RUN_HELP)
+@main.command(context_settings=CONTEXT, help=RUN_HELP, cls=_RunCommand)
 @click.argument("config", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option(
     "--set",
@@ -112,7 +167,18 @@ Config keys (TOML tables [env], [net], [strategy], [run]) and defaults:
     default=1,
     show_default=True,
     help="Devices to split each generation over (on a CPU: cores, each made a "
-    "JAX device). Results do not depend on it.",
+    "JAX device; at most the machine's). Results do not depend on it.",
+)
+@click.option(
+    "--tensorboard",
+    is_flag=True,
+    help="Also write TensorBoard event files (sinks.tensorboard = true).",
+)
+@click.option(
+    "--wandb",
+    is_flag=True,
+    help="Also log to Weights & Biases, offline unless sinks.wandb_mode = "
+    '"online" (sinks.wandb = true).',
 )
 def run(
     config: str | None,
@@ -122,21 +188,51 @@ def run(
     name: str | None,
     quiet: bool,
     devices: int,
+    tensorboard: bool,
+    wandb: bool,
 ) -> None:
+    with _stop_request(None) as stop:
+        _run(
+            config,
+            overrides,
+            num_seeds,
+            out,
+            name,
+            quiet,
+            devices,
+            tensorboard,
+            wandb,
+            stop,
+        )
 
+
+def _run(
+    config: str | None,
+    overrides: tuple[str, ...],
+    num_seeds: int | None,
+    out: str,
+    name: str | None,
+    quiet: bool,
+    devices: int,
+    tensorboard: bool,
+    wandb: bool,
+    stop: Any,
+) -> None:
     items = list(overrides) + ([f"run.num_seeds={num_seeds}"] if num_seeds else [])
+    items += ["sinks.tensorboard=true"] if tensorboard else []
+    items += ["sinks.wandb=true"] if wandb else []
     try:
         experiment = config_module.load(config, items)
     except ConfigError as err:
         _fail(err)
         return
+    mesh = _mesh(devices)
     if experiment.strategy.population_size % devices:
         raise click.BadParameter(
             f"strategy.population_size = {experiment.strategy.population_size} "
             f"does not split over {devices} devices; use a multiple of {devices}",
             param_hint="--devices",
         )
-    mesh = _mesh(devices)
     from . import experiment as experiment_module
 
     if name is None:
@@ -146,26 +242,29 @@ def run(
             f"{env}-{experiment.net.name}-{Path(experiment.strategy.name).stem}-{stamp}"
         )
     run_dir = Path(out) / name
-    _sigterm_as_interrupt()
     try:
-        summary = experiment_module.run(experiment, run_dir, quiet=quiet, mesh=mesh)
-    except KeyboardInterrupt:
-        click.echo(
-            f"\ninterrupted; checkpoint saved. Continue with: eqxevo resume {run_dir}",
-            err=True,
+        summary = experiment_module.run(
+            experiment, run_dir, quiet=quiet, mesh=mesh, stop=stop
         )
-        sys.exit(130)
-    except (ConfigError, CheckpointError, experiment_module.RunDirError) as err:
+    except experiment_module.RunInterrupted as interrupted:
+        click.echo(interrupted.message, err=True)
+        sys.exit(interrupted.exit_code)
+    except _run_errors() as err:
         _fail(err)
         return
     _report(run_dir, summary)
 
 
 def _report(run_dir: Path, summary: dict[str, Any]) -> None:
+    best = summary.get("best_fitness")
+    shown = "n/a" if best is None else f"{best:.5g}"
+    segments = summary.get("num_segments", 1)
     click.echo(
-        f"best fitness {summary['best_fitness']:.5g} after {summary['generations']} "
-        f"generations ({summary['wall_time_s']:.1f} s, "
-        f"{summary['agent_steps_per_s']:.3g} agent-steps/s)\nrun directory: {run_dir}"
+        f"best fitness {shown} after {summary['generations']} generations "
+        f"({summary.get('wall_time_s', 0.0):.1f} s"
+        + (f" over {segments} segments" if segments > 1 else "")
+        + f", {summary.get('agent_steps_per_s', 0.0):.3g} agent-steps/s)\n"
+        f"run directory: {run_dir}"
     )
 
 
@@ -176,7 +275,9 @@ def _report(run_dir: Path, summary: dict[str, Any]) -> None:
     "overrides",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Change run.generations (or chunk/checkpoint settings), e.g. to extend a run.",
+    help="Change run.generations, run.chunk_size, run.chunk_seconds, "
+    "run.checkpoint_every, run.keep_checkpoints, run.batch_size or sinks.*, e.g. to "
+    "extend a run.",
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
 @click.option(
@@ -187,30 +288,31 @@ def _report(run_dir: Path, summary: dict[str, Any]) -> None:
     help="Devices to split each generation over (results do not depend on it).",
 )
 def resume(run_dir: str, overrides: tuple[str, ...], quiet: bool, devices: int) -> None:
-    """Continue RUN_DIR from its newest checkpoint, bit-for-bit.
+    """Continue RUN_DIR from its newest good checkpoint, bit-for-bit.
+
+    Checkpoints are verified (structure, shapes, dtypes, checksum); a damaged
+    newest one is skipped with a one-line note and the run resumes from the
+    newest good one. summary.json adds this segment to the run's totals.
 
     \b
     Example:
       eqxevo resume runs/my-run
       eqxevo resume runs/my-run --set run.generations=400   # run longer
     """
-    mesh = _mesh(devices)
-    from . import experiment as experiment_module
+    with _stop_request(Path(run_dir)) as stop:
+        mesh = _mesh(devices)
+        from . import experiment as experiment_module
 
-    _sigterm_as_interrupt()
-    try:
-        summary = experiment_module.resume(
-            Path(run_dir), overrides, quiet=quiet, mesh=mesh
-        )
-    except KeyboardInterrupt:
-        click.echo(
-            f"\ninterrupted; checkpoint saved. Continue with: eqxevo resume {run_dir}",
-            err=True,
-        )
-        sys.exit(130)
-    except (ConfigError, CheckpointError, experiment_module.RunDirError) as err:
-        _fail(err)
-        return
+        try:
+            summary = experiment_module.resume(
+                Path(run_dir), overrides, quiet=quiet, mesh=mesh, stop=stop
+            )
+        except experiment_module.RunInterrupted as interrupted:
+            click.echo(interrupted.message, err=True)
+            sys.exit(interrupted.exit_code)
+        except _run_errors() as err:
+            _fail(err)
+            return
     _report(Path(run_dir), summary)
 
 
@@ -238,7 +340,13 @@ def plot(run_dir: str, steps: int | None) -> None:
     records = MetricsLog(path / "metrics.jsonl").read()
     if not records:
         _fail(ValueError(f"{path} has no metrics.jsonl records to plot"))
-    written = [plot_fitness(records, path / "fitness.png")]
+    try:
+        title = experiment_module.run_title(
+            config_module.load(path / "config.toml"), path
+        )
+    except ConfigError:
+        title = path.name
+    written = [plot_fitness(records, path / "fitness.png", title=title)]
     if (path / "best_genome.eqx").exists():
         try:
             written.append(experiment_module.plot_best(path, steps))

@@ -8,12 +8,16 @@ An experiment is four tables:
     [strategy]  name = "snes" (any eqxevo.Strategy algorithm), population_size,
                 init_scale; [strategy.params] overrides evosax Params
     [run]       generations, lifetime (steps), seed, num_seeds, chunk_size,
-                checkpoint_every, keep_checkpoints, on_nonfinite, episodes
+                checkpoint_every, keep_checkpoints, on_nonfinite, episodes,
+                batch_size, chunk_seconds
+    [sinks]     tensorboard, wandb (metrics besides metrics.jsonl)
 
 Every key is checked: an unknown key, a value of the wrong type or out of range
 raises `ConfigError` naming the key and what is allowed. `--set key=value`
 overrides use the same dotted keys (`--set run.generations=50`,
-`--set env.params.noise=0.1`); values are parsed as TOML, else kept as strings.
+`--set env.params.noise=0.1`); values are TOML literals (`true`, `0.1`,
+`"text"`, `[1, 2]`, `{ a = 1 }`); a bare word that is not one is taken as a
+string (`--set strategy.name=snes`).
 """
 
 import dataclasses
@@ -84,7 +88,17 @@ class StrategyConfig:
     init_scale: float = _spec(
         0.1, above=0.0, help="spread of population-based algorithms' first population"
     )
-    params: Mapping[str, Any] = _spec(factory=dict, help="evosax Params overrides")
+    params: Mapping[str, Any] = _spec(
+        factory=dict,
+        help="evosax Params overrides (std_init = 0.05, ...); the run's config.toml "
+        "records every scalar one as resolved",
+    )
+    kwargs: Mapping[str, Any] = _spec(
+        factory=dict,
+        help="evosax constructor arguments: num_populations = 4 (Stein-variational), "
+        'optimizer = { optax = "adam", learning_rate = 0.01 }, '
+        'fitness_shaping_fn = "centered_rank", ...',
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +125,33 @@ class RunConfig:
         help="shared: every genome of a generation lives the same lifetimes "
         "(common random numbers); per_genome: each its own (mirrored pairs share)",
     )
+    batch_size: int = _spec(
+        0,
+        min=0,
+        help="genomes evaluated at a time per device, to bound memory (0: all)",
+    )
+    chunk_seconds: float = _spec(
+        5.0,
+        min=0.0,
+        help="aim for compiled chunks of about this many seconds (at most "
+        "chunk_size generations; progress and Ctrl-C act between chunks; 0: always "
+        "chunk_size); results do not depend on it",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class SinksConfig:
+    """Where metrics go besides metrics.jsonl (the `sinks` extra)."""
+
+    tensorboard: bool = _spec(
+        False, help="write TensorBoard event files to RUN_DIR/tensorboard"
+    )
+    wandb: bool = _spec(False, help="log to Weights & Biases (RUN_DIR/wandb)")
+    wandb_project: str = _spec("eqxevo", help="Weights & Biases project")
+    wandb_mode: Literal["offline", "online"] = _spec(
+        "offline",
+        help="offline: write RUN_DIR/wandb only (no network; `wandb sync` later)",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +162,7 @@ class Experiment:
     net: NetConfig = _spec(factory=NetConfig, help="network")
     strategy: StrategyConfig = _spec(factory=StrategyConfig, help="strategy")
     run: RunConfig = _spec(factory=RunConfig, help="run length and bookkeeping")
+    sinks: SinksConfig = _spec(factory=SinksConfig, help="metric sinks")
 
 
 # -- validation ---------------------------------------------------------------------
@@ -128,7 +170,9 @@ class Experiment:
 
 def _type_name(tp: Any) -> str:
     if typing.get_origin(tp) is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
+        return " | ".join(_toml_value(a) for a in typing.get_args(tp))
+    if tp is bool:
+        return "bool (true or false)"
     if dataclasses.is_dataclass(tp):
         return "a table"
     if typing.get_origin(tp) in (Mapping, dict):
@@ -141,19 +185,24 @@ def _check_value(key: str, tp: Any, value: Any, metadata: Mapping[str, Any]) -> 
     if origin is Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
+            shown = _toml_value(value) if _is_toml(value) else repr(value)
             raise ConfigError(
-                f"{key} = {value!r}; allowed: {', '.join(map(repr, allowed))}"
+                f"{key} = {shown}; allowed: {', '.join(map(_toml_value, allowed))}"
             )
         return value
     if origin in (Mapping, dict):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key} must be a table; got {value!r}")
         return dict(value)
+    minimum, above = metadata.get("min"), metadata.get("above")
     if tp is float:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         value = float(value) if ok else value
         if ok and not math.isfinite(value):
-            ok = False
+            raise ConfigError(
+                f"{key} = {_toml_value(value)} is out of range; it must be "
+                f"{_range(minimum, above) or 'a finite number'}"
+            )
     elif tp is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif tp is str:
@@ -163,15 +212,36 @@ def _check_value(key: str, tp: Any, value: Any, metadata: Mapping[str, Any]) -> 
     else:  # pragma: no cover - every field type is listed above
         raise TypeError(f"unsupported config type {tp!r}")
     if not ok:
-        raise ConfigError(f"{key} must be {_type_name(tp)}; got {value!r}")
-    minimum, above = metadata.get("min"), metadata.get("above")
-    if minimum is not None and value < minimum:
+        shown = _toml_value(value) if _is_toml(value) else repr(value)
         raise ConfigError(
-            f"{key} = {value!r} is out of range; it must be >= {minimum:g}"
+            f"{key} must be {_type_name(tp)}; got {shown}"
+            + (" (TOML booleans are lower case)" if value in ("True", "False") else "")
         )
-    if above is not None and value <= above:
-        raise ConfigError(f"{key} = {value!r} is out of range; it must be > {above:g}")
+    if (minimum is not None and value < minimum) or (
+        above is not None and value <= above
+    ):
+        raise ConfigError(
+            f"{key} = {_toml_value(value)} is out of range; it must be "
+            f"{_range(minimum, above)}"
+        )
     return value
+
+
+def _range(minimum: int | float | None, above: int | float | None) -> str:
+    """The allowed range in words ("" when unbounded)."""
+    if above is not None:
+        return f"> {above:g}" + (" and finite" if isinstance(above, float) else "")
+    if minimum is not None:
+        return f">= {minimum:g}"
+    return ""
+
+
+def _is_toml(value: Any) -> bool:
+    try:
+        _toml_value(value)
+    except ConfigError:
+        return False
+    return True
 
 
 def _from_mapping(cls: Any, data: Mapping[str, Any], prefix: str) -> Any:
@@ -273,7 +343,17 @@ def _toml_value(value: Any) -> str:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        items = ", ".join(
+            f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()
+        )
+        return "{ " + items + " }" if items else "{}"
     raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) to TOML")
+
+
+def _toml_key(key: str) -> str:
+    bare = key.replace("_", "").replace("-", "").isalnum() and key.isascii()
+    return key if bare else _toml_value(key)
 
 
 def _toml_table(data: Mapping[str, Any], name: str, lines: list[str]) -> None:
@@ -281,7 +361,7 @@ def _toml_table(data: Mapping[str, Any], name: str, lines: list[str]) -> None:
     tables = {k: v for k, v in data.items() if isinstance(v, Mapping)}
     if name:
         lines.append(f"\n[{name}]")
-    lines.extend(f"{k} = {_toml_value(v)}" for k, v in scalars.items())
+    lines.extend(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars.items())
     for k, v in tables.items():
         _toml_table(v, f"{name}.{k}" if name else k, lines)
 
@@ -296,12 +376,23 @@ def dumps(experiment: Experiment) -> str:
 
 
 def describe() -> str:
-    """Every config key with its default and meaning, for `--help` texts."""
+    """Every config key with its default (a TOML literal), type, range and meaning,
+    for `--help` texts."""
     rows = []
     default = Experiment()
+    hints = {
+        section.name: typing.get_type_hints(section.type)
+        for section in dataclasses.fields(Experiment)
+    }
     for section in dataclasses.fields(Experiment):
         for f in dataclasses.fields(getattr(default, section.name)):
             value = getattr(getattr(default, section.name), f.name)
-            shown = "{}" if isinstance(value, Mapping) else repr(value)
-            rows.append(f"  {section.name}.{f.name} = {shown}  # {f.metadata['help']}")
+            tp = hints[section.name][f.name]
+            kind = _type_name(tp)
+            bound = _range(f.metadata.get("min"), f.metadata.get("above"))
+            kind = f"{kind} {bound}" if bound else kind
+            rows.append(
+                f"  {section.name}.{f.name} = {_toml_value(value)}"
+                f"  # {kind}; {f.metadata['help']}"
+            )
     return "\n".join(rows)

@@ -138,7 +138,8 @@ class Chunk:
         state: the strategy state after this chunk (for checkpoints); batched
             over seeds with `num_seeds`.
         best_fitness: best fitness so far in the user's sign, `()` or `(K,)`.
-        seconds: wall time since `evolve` was called (compilation included).
+        seconds: wall time from the `evolve` call until this chunk's results
+            were ready (compilation included).
     """
 
     history: dict[str, Any]
@@ -444,6 +445,15 @@ def _check_positive_int(name: str, value: Any) -> int:
     return value
 
 
+def _is_ready(tree: Any) -> bool:
+    """Whether every array of `tree` has been computed (never blocks)."""
+    return all(
+        getattr(leaf, "is_ready", lambda: True)()
+        for leaf in jtu.tree_leaves(tree)
+        if isinstance(leaf, jax.Array)
+    )
+
+
 def _host(leaf: Any) -> Any:
     if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
         leaf = jr.key_data(leaf)
@@ -466,6 +476,7 @@ def evolve(
     batch_size: int | None = None,
     episodes: Any = "shared",
     runs: int | None = None,
+    chunk_seconds: float | None = None,
 ) -> EvolveResult:
     """Run `num_generations` generations of `strategy` on `fitness_fn`, on device.
 
@@ -510,6 +521,12 @@ def evolve(
             variants). Run r equals `evolve(key[r], strategy_r, fitness_fn_r)`
             bit for bit; every result gets a leading axis R. Not with
             `num_seeds`.
+        chunk_seconds: aim for chunks of about this many seconds: the first two
+            chunks run one generation each, later ones as many generations (at
+            most `chunk_size`) as the measured time per generation fits in
+            `chunk_seconds`. The host then hears from a long run every few
+            seconds. The chunk length is a traced value: nothing recompiles, and
+            results do not depend on it. None (default): `chunk_size` always.
 
     Returns:
         An `EvolveResult`.
@@ -544,6 +561,15 @@ def evolve(
             f"mesh must be a jax.sharding.Mesh (eqxevo.population_mesh()) or None; "
             f"got {type(mesh).__name__}"
         )
+    if chunk_seconds is not None and not (
+        isinstance(chunk_seconds, int | float)
+        and not isinstance(chunk_seconds, bool)
+        and math.isfinite(chunk_seconds)
+        and chunk_seconds > 0
+    ):
+        raise ValueError(
+            f"chunk_seconds must be a finite number > 0 or None; got {chunk_seconds!r}"
+        )
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable; got {type(callback).__name__}")
     check_divisible("population_size", strategy.population_size, mesh_size(mesh))
@@ -570,15 +596,33 @@ def evolve(
     state, run_key, halted = replicate((state, run_key, halted), mesh)
     start_generation = int(np.max(np.asarray(state.generation)))
     stop_generation = start_generation + num_generations
-    num_chunks = math.ceil(num_generations / chunk_size)
     started = time.perf_counter()
     fidelity = fitness_fn if isinstance(fitness_fn, MultiFidelity) else None
 
     chunks: list[dict[str, Any]] = []
+    # With chunk_seconds, the next chunk's length follows the measured seconds
+    # per generation (time between two finished chunks over its generations).
+    pace = {"planned": 1 if chunk_seconds is not None else chunk_size, "at": started}
 
-    def receive(out: Any, aux_static: Any, num_active: int, state_now: Any) -> bool:
+    def plan(num_active: int, now: float) -> None:
+        per_generation = (now - pace["at"]) / num_active
+        pace["at"] = now
+        if chunk_seconds is not None:
+            fits = int(chunk_seconds / max(per_generation, 1e-9))
+            pace["planned"] = max(1, min(chunk_size, fits))
+
+    def receive(
+        out: Any,
+        aux_static: Any,
+        num_active: int,
+        state_now: Any,
+        ready_at: float | None,
+    ) -> bool:
         """Hand a finished chunk to the host; True if the callback asks to stop."""
         record, aux, valid = jtu.tree_map(_host, jax.device_get(out))
+        if ready_at is None:
+            ready_at = time.perf_counter()
+        plan(num_active, ready_at)
         take = (slice(None), slice(0, num_active)) if batched else slice(0, num_active)
         history = {k: np.asarray(v)[take] for k, v in record.items()}
         aux = eqx.combine(jtu.tree_map(lambda a: a[take], aux), aux_static)
@@ -611,13 +655,18 @@ def evolve(
         if callback is None:
             return False
         reached = int(history["generation"].max()) + 1
+        # On the host: a device computation here would queue behind the chunk
+        # already running and hold the host until it ends (no overlap left).
+        best_fitness = np.asarray(jax.device_get(state_now.best_fitness))
         chunk = Chunk(
             history=history,
             generation=reached,
             num_generations=stop_generation,
             state=state_now,
-            best_fitness=np.asarray(strategy.best_fitness(state_now)),
-            seconds=time.perf_counter() - started,
+            best_fitness=np.asarray(
+                -best_fitness if strategy.maximize else best_fitness
+            ),
+            seconds=ready_at - started,
         )
         return bool(callback(chunk))
 
@@ -625,8 +674,10 @@ def evolve(
     in_flight: Any = None
     stopped = False
     try:
-        for c in range(num_chunks):
-            num_active = min(chunk_size, num_generations - c * chunk_size)
+        remaining = num_generations
+        while remaining > 0:
+            num_active = min(chunk_size, remaining, int(pace["planned"]))
+            remaining -= num_active
             next_state, halted, out, aux_static = _run_chunk(
                 strategy,
                 fitness_fn,
@@ -647,8 +698,12 @@ def evolve(
                 stopped = True
                 break
             state = next_state
-            pending = (out, aux_static, num_active, state)
-        else:
+            # XLA:CPU runs a program holding a `lax.cond` (every chunk does)
+            # within the dispatch: its results are then ready already, and
+            # that is when the chunk ended (for timing and chunk_seconds).
+            ready_at = time.perf_counter() if _is_ready(state) else None
+            pending = (out, aux_static, num_active, state, ready_at)
+        if not stopped:
             assert pending is not None
             stopped = receive(*pending)
     finally:
@@ -671,6 +726,48 @@ def evolve(
     )
 
 
+def compile_chunk(
+    key: PRNGKey,
+    strategy: Strategy,
+    fitness_fn: Callable[..., Any] | AbstractPopulationFitness,
+    *,
+    state: StrategyState,
+    chunk_size: int = 10,
+    num_seeds: int | None = None,
+    on_nonfinite: NonFinitePolicy = "rank_worst",
+    mesh: Mesh | None = None,
+    batch_size: int | None = None,
+    episodes: Any = "shared",
+) -> jax.stages.Compiled:
+    """Compile the chunk program `evolve` would run, ahead of time.
+
+    Takes `evolve`'s arguments (and the state it will start from) and returns
+    the compiled program, whose `memory_analysis()` and `cost_analysis()` are
+    XLA's estimates. JAX keeps the executable, so the `evolve` call that
+    follows with the same arguments does not compile again.
+    """
+    if isinstance(episodes, str) and episodes == "per_genome":
+        episodes = strategy.episode_ids
+    _, run_key = run_keys(key, num_seeds, None)
+    halted = jnp.zeros(() if num_seeds is None else (num_seeds,), jnp.bool_)
+    state, run_key, halted = replicate((state, run_key, halted), mesh)
+    lowered = _run_chunk.lower(  # pyright: ignore[reportFunctionMemberAccess]
+        strategy,
+        fitness_fn,
+        run_key,
+        state,
+        halted,
+        replicate(jnp.asarray(1, jnp.int32), mesh),
+        chunk_size,
+        on_nonfinite == "raise",
+        "seeds" if num_seeds is not None else "none",
+        mesh,
+        batch_size,
+        episodes,
+    )
+    return lowered.compile().compiled
+
+
 def _concatenate(chunks: list[dict[str, Any]], axis: int) -> dict[str, Any]:
     def join(*leaves: Any) -> Any:
         if isinstance(leaves[0], np.ndarray):
@@ -685,6 +782,7 @@ __all__ = [
     "Chunk",
     "EvolveResult",
     "NonFiniteFitnessError",
+    "compile_chunk",
     "evolve",
     "generation_keys",
     "generation_step",

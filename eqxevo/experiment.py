@@ -2,30 +2,41 @@
 
 `build(experiment)` turns a validated `config.Experiment` into objects: the
 environment and its params, the initial genome (the network), the `Strategy`
-and the fitness function (a lifetime rollout). `run(experiment, run_dir)` calls
-`eqxevo.evolve` on them (the same `evolve` the Python API and the benchmark
-use), and keeps a run directory:
+and the fitness function (a lifetime rollout), and the experiment *resolved*:
+every default the classes filled in, written out. `run(experiment, run_dir)`
+calls `eqxevo.evolve` on them once (the same `evolve` the Python API and the
+benchmark use), and keeps a run directory:
 
-    run_dir/config.toml       the resolved experiment (every value)
+    run_dir/config.toml       the resolved experiment: `eqxevo run` on it repeats
+                              the run exactly
     run_dir/metrics.jsonl     one record per generation (and seed)
     run_dir/fitness.png       fitness curves
     run_dir/best_genome.eqx   the best genome (eqx.tree_serialise_leaves)
-    run_dir/summary.json      final figures: best fitness, wall time, agent-steps/s
-    run_dir/checkpoints/      orbax checkpoints every `run.checkpoint_every`
+    run_dir/summary.json      totals over every segment (run, resumes): wall
+                              time, agent-steps, best fitness; one entry per segment
+    run_dir/checkpoints/      verified orbax checkpoints every `run.checkpoint_every`
+    run_dir/tensorboard/, run_dir/wandb/   with `[sinks]` switched on
 
-`run` calls `evolve` once; its callback, after every chunk of `run.chunk_size`
-generations, appends the metrics, updates the progress display and writes a
-checkpoint when one is due. An interrupt (Ctrl-C, SIGTERM) loses at most one
-chunk: the state reached after the last complete chunk is checkpointed before
-exiting. `resume(run_dir)` continues from the newest checkpoint and reproduces
+Before the first generation the chunk program is compiled ahead of time and
+XLA's memory analysis is checked against the device's memory (a run that
+cannot fit stops with a message naming the estimate and what to change).
+`evolve`'s callback, after every chunk, appends the metrics, updates the
+progress display and writes a checkpoint when one is due; it stops the loop
+when a first Ctrl-C/SIGTERM asked for it (`eqxevo.interrupts`). `resume(run_dir)`
+continues from the newest checkpoint that passes verification and reproduces
 the uninterrupted run bit-for-bit (keys depend on the seed and the generation
 index only).
 """
 
 import dataclasses
+import datetime
 import importlib
+import inspect
 import json
+import os
 import platform
+import shutil
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -33,6 +44,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
@@ -41,8 +53,17 @@ from ._types import Array, Genome, PRNGKey
 from .checkpoint import Checkpointer
 from .config import ConfigError, Experiment
 from .envs.base import AbstractEnv
-from .evolve import Chunk, evolve, initial_state
-from .metrics import MetricsLog, Progress, history_records
+from .evolve import Chunk, compile_chunk, evolve, initial_state
+from .interrupts import StopRequest, exit_code
+from .metrics import (
+    MetricsLog,
+    Progress,
+    TensorBoardSink,
+    WandbSink,
+    format_bytes,
+    format_seconds,
+    history_records,
+)
 from .plots import plot_fitness
 from .rollout import rollout
 from .strategy import Strategy, StrategyState
@@ -65,10 +86,16 @@ NETS: dict[str, str] = {
 RESUMABLE_CHANGES = (
     "run.generations",
     "run.chunk_size",
+    "run.chunk_seconds",
     "run.checkpoint_every",
     "run.keep_checkpoints",
+    "run.batch_size",
+    "sinks.",
 )
-"""Config keys a resumed run may change (they do not alter the trajectory)."""
+"""Config keys (or prefixes ending in ".") a resumed run may change: they do not
+alter the trajectory."""
+
+_SIGNATURE_SKIP = {"self", "obs_size", "action_size", "key", "name"}
 
 
 def _import(spec: str, key: str) -> Any:
@@ -98,8 +125,78 @@ def _construct(cls: Any, key: str, kwargs: Mapping[str, Any]) -> Any:
         raise ConfigError(f"{key}: cannot build {cls.__name__}: {err}") from err
 
 
+# -- resolved values ------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """A TOML-writable form of `value` (numbers, strings, lists), or None."""
+    if isinstance(value, jax.Array | np.ndarray | np.generic):
+        array = np.asarray(value)
+        if array.dtype.kind not in "biuf" or array.ndim > 1 or array.size > 64:
+            return None
+        if array.dtype == np.float32:  # the shortest decimal that reads back exactly
+            values = [float(str(np.float32(x))) for x in array.ravel()]
+            return values[0] if array.ndim == 0 else values
+        return array.tolist()
+    if isinstance(value, bool | int | float | str):
+        return value
+    return None
+
+
+def _scalar_defaults(cls: Any) -> dict[str, Any]:
+    """Constructor arguments with a plain scalar default (what TOML can hold)."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    for p in parameters:
+        if p.name in _SIGNATURE_SKIP or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        if isinstance(p.default, bool | int | float | str):
+            out[p.name] = p.default
+    return out
+
+
+def _coerce(key: str, default: Any, value: Any) -> Any:
+    """`value` in the type of `default`: an array of its dtype and shape, or the
+    same Python type. Values from TOML and from code then compile alike."""
+    if isinstance(default, jax.Array | np.ndarray):
+        try:
+            out = jnp.asarray(value, dtype=default.dtype)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{key} = {value!r}: {err}") from err
+        if out.shape != default.shape:
+            raise ConfigError(
+                f"{key} has shape {list(out.shape)}; it must have shape "
+                f"{list(default.shape)}"
+            )
+        return out
+    if isinstance(default, bool) or not isinstance(value, int | float):
+        return value
+    if isinstance(default, float):
+        return float(value)
+    return value
+
+
+def _scalars(params: Any) -> dict[str, Any]:
+    """The scalar fields of a params dataclass as plain values."""
+    out = {}
+    for f in dataclasses.fields(params):
+        value = getattr(params, f.name)
+        if isinstance(value, jax.Array | np.ndarray) and np.ndim(value) == 0:
+            out[f.name] = _plain(value)
+        elif isinstance(value, bool | int | float):
+            out[f.name] = value
+    return out
+
+
+# -- building -------------------------------------------------------------------------
+
+
 def make_env(experiment: Experiment) -> tuple[AbstractEnv, Any]:
-    """The environment and its params, with `env.params` overrides applied."""
+    """The environment and its params, with `env.params` overrides applied (in the
+    type and dtype of the defaults)."""
     name = experiment.env.name
     if name.startswith("gymnax:"):
         from .envs.gymnax import GymnaxEnv
@@ -123,8 +220,12 @@ def make_env(experiment: Experiment) -> tuple[AbstractEnv, Any]:
                 f"env.params.{unknown[0]} is not a parameter of {type(env).__name__}; "
                 f"it has: {', '.join(sorted(known))}"
             )
+        coerced = {
+            k: _coerce(f"env.params.{k}", getattr(params, k), v)
+            for k, v in overrides.items()
+        }
         try:
-            params = dataclasses.replace(params, **overrides)
+            params = dataclasses.replace(params, **coerced)
         except (TypeError, ValueError) as err:
             raise ConfigError(f"env.params: {err}") from err
     return env, params
@@ -140,6 +241,84 @@ def make_genome(experiment: Experiment, env: AbstractEnv, key: PRNGKey) -> Genom
         "key": key,
     }
     return _construct(cls, "net.options", kwargs)
+
+
+def _strategy_kwargs(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """`[strategy.kwargs]` as constructor arguments (optax/evosax optimizer tables
+    and fitness-shaping names are built as in presets)."""
+    from .registry import PresetError, _build_value
+
+    out = {}
+    for name, value in raw.items():
+        try:
+            out[name] = _build_value(Path("strategy.kwargs"), name, value)
+        except PresetError as err:
+            message = str(err).split(": ", 1)[-1].replace("kwargs.", "strategy.kwargs.")
+            raise ConfigError(message) from err
+    return out
+
+
+def make_strategy(experiment: Experiment, genome: Genome) -> Strategy:
+    """The `Strategy`, its params normalised to evosax's own types.
+
+    Every param (from evosax, the preset or `[strategy.params]`) ends up in the
+    type and dtype of evosax's default, so a run built from its resolved
+    config.toml compiles to the same program as the original.
+    """
+    spec = experiment.strategy
+    try:
+        strategy = Strategy(
+            spec.name,
+            genome,
+            spec.population_size,
+            maximize=True,
+            init_scale=spec.init_scale,
+            params=dict(spec.params) or None,
+            **_strategy_kwargs(spec.kwargs),
+        )
+    except (ValueError, TypeError) as err:
+        message = str(err)
+        for field in ("params.", "population_size=", "init_scale"):
+            message = message.replace(field, f"strategy.{field}", 1)
+        raise ConfigError(f"strategy {spec.name!r}: {message}") from err
+    with jax.numpy_dtype_promotion("standard"):  # evosax computes them loosely
+        defaults = strategy.algorithm.default_params
+    if dataclasses.is_dataclass(defaults) and not isinstance(defaults, type):
+        normalised = {
+            f.name: _coerce(
+                f"strategy.params.{f.name}",
+                getattr(defaults, f.name),
+                getattr(strategy.params, f.name),
+            )
+            for f in dataclasses.fields(defaults)
+        }
+        params = strategy.params.replace(**normalised)
+        strategy = eqx.tree_at(lambda s: s.params, strategy, params)
+    return strategy
+
+
+def resolve(
+    experiment: Experiment, env: AbstractEnv, env_params: Any, strategy: Strategy
+) -> Experiment:
+    """The experiment with every value the classes filled in written out:
+    `net.options` and `env.options` (plain scalar defaults of their
+    constructors), `env.params` (every field) and `strategy.params` (every
+    scalar field). Loading it and resolving again gives it back unchanged."""
+    net_cls = _lookup("net", experiment.net.name, NETS)
+    net_options = {**_scalar_defaults(net_cls), **experiment.net.options}
+    env_options = {**_scalar_defaults(type(env)), **experiment.env.options}
+    fields = {
+        f.name: _plain(getattr(env_params, f.name))
+        for f in dataclasses.fields(env_params)
+    }
+    env_values = {k: v for k, v in fields.items() if v is not None}
+    strategy_params = {**_scalars(strategy.params), **experiment.strategy.params}
+    return dataclasses.replace(
+        experiment,
+        env=dataclasses.replace(experiment.env, options=env_options, params=env_values),
+        net=dataclasses.replace(experiment.net, options=net_options),
+        strategy=dataclasses.replace(experiment.strategy, params=strategy_params),
+    )
 
 
 class LifetimeFitness(eqx.Module):
@@ -178,11 +357,17 @@ class Built:
     fitness: Callable[..., Any]
     key: PRNGKey
     """The key handed to `evolve` (the genome's key is split off the same seed)."""
+    resolved: Experiment
+    """The experiment with every default written out (what config.toml holds)."""
 
     @property
     def num_seeds(self) -> int | None:
         seeds = self.experiment.run.num_seeds
         return None if seeds == 1 else seeds
+
+    @property
+    def batch_size(self) -> int | None:
+        return self.experiment.run.batch_size or None
 
     @property
     def agent_steps_per_generation(self) -> int:
@@ -203,21 +388,188 @@ def build(experiment: Experiment) -> Built:
     genome_key, evolve_key = jr.split(jr.key(experiment.run.seed))
     env, env_params = make_env(experiment)
     genome = make_genome(experiment, env, genome_key)
-    try:
-        strategy = Strategy(
-            experiment.strategy.name,
-            genome,
-            experiment.strategy.population_size,
-            maximize=True,
-            init_scale=experiment.strategy.init_scale,
-            params=dict(experiment.strategy.params) or None,
-        )
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"strategy: {err}") from err
+    strategy = make_strategy(experiment, genome)
     fitness = LifetimeFitness(
         env, env_params, experiment.run.lifetime, experiment.run.reset_on_done
     )
-    return Built(experiment, env, env_params, genome, strategy, fitness, evolve_key)
+    resolved = resolve(experiment, env, env_params, strategy)
+    return Built(
+        experiment, env, env_params, genome, strategy, fitness, evolve_key, resolved
+    )
+
+
+# -- the catalogue for --help -----------------------------------------------------
+
+
+def _signature_rows(cls: Any) -> list[str]:
+    rows = []
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return rows
+    for p in parameters:
+        if p.name in _SIGNATURE_SKIP or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        annotation = (
+            ""
+            if p.annotation is inspect.Parameter.empty
+            else inspect.formatannotation(p.annotation)
+        )
+        annotation = annotation.replace("collections.abc.", "").replace("typing.", "")
+        if p.default is inspect.Parameter.empty:
+            shown = "(required)"
+        elif p.default is None:
+            shown = "(unset)"
+        else:
+            try:
+                shown = config_module._toml_value(p.default)
+            except ConfigError:
+                shown = "(Python only)"
+        if shown == "(Python only)" and p.name == "optimizer":
+            shown = '(default) or { optax = "adam", learning_rate = 0.01 }'
+        elif shown == "(Python only)" and p.name == "fitness_shaping_fn":
+            shown = '(default) or "centered_rank" | "weights" | "identity" | ...'
+        for long, short in (
+            ("optax._src.base.", "optax."),
+            ("jax.jaxlib._jax.", ""),
+            ("jaxlib._jax.", ""),
+        ):
+            annotation = annotation.replace(long, short)
+        rows.append(f"{p.name}: {annotation} = {shown}" if annotation else p.name)
+    return rows
+
+
+def _params_rows(cls: Any) -> list[str]:
+    """The fields of an evosax algorithm's Params dataclass, with their types."""
+    module = importlib.import_module(cls.__module__)
+    params_cls = getattr(module, "Params", None)
+    if params_cls is None or not dataclasses.is_dataclass(params_cls):
+        return []
+    out = []
+    for f in dataclasses.fields(params_cls):
+        tp = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", f.type)
+        tp = str(tp).replace("jax.Array", "Array").replace("jaxlib._Array", "Array")
+        out.append(f"{f.name}: {tp}")
+    return out
+
+
+def catalogue() -> str:
+    """Networks' and environments' options (with defaults as TOML literals) and
+    every evosax algorithm's params with types: the second half of `eqxevo run
+    --help`."""
+    lines = ["Networks ([net] name = ...; [net.options]):"]
+    for name, spec in NETS.items():
+        lines.append(f"  {name}: " + ", ".join(_signature_rows(_import(spec, name))))
+    lines.append("")
+    lines.append("Environments ([env] name = ...; [env.options]; [env.params]):")
+    for name, spec in ENVS.items():
+        cls = _import(spec, name)
+        lines.append(f"  {name}: options " + ", ".join(_signature_rows(cls)))
+        try:
+            params = cls().default_params()
+            values = {
+                f.name: _plain(getattr(params, f.name))
+                for f in dataclasses.fields(params)
+            }
+            lines.append(
+                "    params "
+                + ", ".join(
+                    f"{k} = {config_module._toml_value(v)}"
+                    for k, v in values.items()
+                    if v is not None
+                )
+            )
+        except Exception:  # a catalogue line must never break --help
+            pass
+    lines.append("  gymnax:<id>: any gymnax environment (the rl extra)")
+    lines.append("")
+    lines.append(
+        "Strategies ([strategy] name = ...; [strategy.params] fields by algorithm; "
+        "[strategy.kwargs] constructor arguments; presets in `eqxevo strategies`):"
+    )
+    from .registry import evosax_algorithms
+
+    for name, cls in evosax_algorithms().items():
+        kwargs = [
+            row
+            for row in _signature_rows(cls)
+            if not row.startswith(("population_size", "solution", "metrics_fn"))
+        ]
+        lines.append(f"  {name}: params " + (", ".join(_params_rows(cls)) or "-"))
+        if kwargs:
+            lines.append("    kwargs " + ", ".join(kwargs))
+    return "\n".join(lines)
+
+
+# -- memory -------------------------------------------------------------------------
+
+
+class ResourceError(RuntimeError):
+    """The run does not fit the device's memory (XLA's estimate, or its refusal)."""
+
+
+def available_memory(mesh: Any = None) -> tuple[int | None, str]:
+    """Bytes a run may use on its devices, and what they are (None if unknown).
+
+    GPUs report their limit through `memory_stats()`; on a CPU the host's
+    available memory (Linux `MemAvailable`) is shared by every CPU device.
+    """
+    devices = list(mesh.devices.flat) if mesh is not None else jax.devices()[:1]
+    stats = devices[0].memory_stats() or {}
+    if "bytes_limit" in stats:
+        free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+        return free, f"each {devices[0].device_kind}"
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "this host"
+    except OSError:
+        pass
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return int(pages), "this host"
+    except (ValueError, OSError, AttributeError):
+        return None, "unknown"
+
+
+def memory_estimate(compiled: Any) -> dict[str, int]:
+    """XLA's memory analysis of a compiled program, in bytes per device:
+    arguments, outputs, temporaries and the `total` live at once."""
+    stats = compiled.memory_analysis()
+    if stats is None:
+        return {}
+    out = {
+        "arguments": int(stats.argument_size_in_bytes),
+        "outputs": int(stats.output_size_in_bytes),
+        "temporaries": int(stats.temp_size_in_bytes),
+        "aliased": int(stats.alias_size_in_bytes),
+    }
+    out["total"] = (
+        out["arguments"] + out["outputs"] + out["temporaries"] - out["aliased"]
+    )
+    return out
+
+
+def _too_big(built: Built, needed: int, available: int, where: str) -> str:
+    e = built.experiment
+    p = e.strategy.population_size
+    d = built.strategy.num_params
+    population = (
+        p * d * np.dtype(built.strategy.layout.dtype).itemsize * e.run.num_seeds
+    )
+    return (
+        f"this run needs about {format_bytes(needed)} (XLA's memory analysis of one "
+        f"chunk of generations) but {where} has {format_bytes(available)} "
+        f"available. Lower strategy.population_size (now {p}; the population alone "
+        f"is {format_bytes(population)}: {p} genomes x {d} parameters), set "
+        f"run.batch_size to evaluate fewer genomes at a time (now "
+        f"{e.run.batch_size or 'all'}), or split over more devices (--devices)"
+    )
+
+
+def _exhausted(err: BaseException) -> bool:
+    return "RESOURCE_EXHAUSTED" in str(err) or "Out of memory" in str(err)
 
 
 # -- running ------------------------------------------------------------------------
@@ -225,6 +577,22 @@ def build(experiment: Experiment) -> Built:
 
 class RunDirError(RuntimeError):
     """The run directory cannot be used (exists already, or holds no run)."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C/SIGTERM after saving what it had.
+
+    Attributes:
+        message: one line for the user (the checkpoint and how to resume).
+        exit_code: 130 (Ctrl-C) or 143 (SIGTERM).
+        generation: the generation of the newest checkpoint, or None.
+    """
+
+    def __init__(self, message: str, exit_code: int, generation: int | None):
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+        self.generation = generation
 
 
 def _best_of_seeds(built: Built, state: StrategyState) -> tuple[Genome, float]:
@@ -282,6 +650,78 @@ def plot_best(run_dir: str | Path, steps: int | None = None) -> Path:
     )
 
 
+_RUN_FILES = (
+    "metrics.jsonl",
+    "summary.json",
+    "fitness.png",
+    "trajectory.png",
+    "best_genome.eqx",
+)
+_RUN_DIRS = ("checkpoints", "damaged-checkpoints", "tensorboard", "wandb")
+
+
+def _prepare_new(run_dir: Path) -> bool:
+    """Make `run_dir` ready for a new run; True if an earlier attempt that saved no
+    checkpoint was cleared away. A run with a checkpoint is never touched."""
+    if not (run_dir / "config.toml").exists():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return False
+    if any(p.name.isdigit() for p in (run_dir / "checkpoints").glob("*")):
+        raise RunDirError(
+            f"{run_dir} already holds a run; continue it with `eqxevo resume "
+            f"{run_dir}` or choose another --out/--name"
+        )
+    for name in _RUN_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+    for name in _RUN_DIRS:
+        shutil.rmtree(run_dir / name, ignore_errors=True)
+    return True
+
+
+def _read_summary(run_dir: Path) -> dict[str, Any]:
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def _totals(summary: dict[str, Any]) -> dict[str, Any]:
+    segments = summary.get("segments", [])
+    wall = sum(s.get("wall_time_s", 0.0) for s in segments)
+    running = sum(s.get("run_time_s", 0.0) for s in segments)
+    steps = sum(s.get("agent_steps", 0) for s in segments)
+    summary["wall_time_s"] = round(wall, 3)
+    summary["agent_steps"] = steps
+    summary["agent_steps_per_s"] = steps / running if running > 0 else 0.0
+    summary["num_segments"] = len(segments)
+    return summary
+
+
+def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    tmp = run_dir / "summary.json.tmp"
+    tmp.write_text(json.dumps(_totals(summary), indent=2) + "\n")
+    tmp.replace(run_dir / "summary.json")
+
+
+def _sinks(built: Built, run_dir: Path) -> list[Any]:
+    settings = built.experiment.sinks
+    sinks: list[Any] = []
+    if settings.tensorboard:
+        sinks.append(TensorBoardSink(run_dir / "tensorboard"))
+    if settings.wandb:
+        sinks.append(
+            WandbSink(
+                run_dir,
+                project=settings.wandb_project,
+                name=run_dir.name,
+                config=config_module.to_dict(built.resolved),
+                mode=settings.wandb_mode,
+            )
+        )
+    return sinks
+
+
 def run(
     experiment: Experiment,
     run_dir: str | Path,
@@ -290,33 +730,49 @@ def run(
     quiet: bool = False,
     stream: Any = None,
     mesh: Any = None,
+    handle_signals: bool = False,
+    stop: StopRequest | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) an experiment in `run_dir`; returns the run summary.
 
-    `mesh` (`eqxevo.population_mesh()`) splits each generation over devices;
-    results do not depend on it.
+    Arguments:
+        experiment: the experiment (resolved before it is written).
+        run_dir: the run directory. A new run may reuse a directory whose
+            earlier run saved no checkpoint.
+        resume: continue from the newest good checkpoint in `run_dir`.
+        quiet: no progress output.
+        stream: where progress goes (default stderr).
+        mesh: `eqxevo.population_mesh()` splits each generation over devices;
+            results do not depend on it.
+        handle_signals: take over SIGINT/SIGTERM (`eqxevo.interrupts`): the
+            first stops after the running chunk with a checkpoint (or at once
+            when there is nothing to save), the second exits at once. Off, a
+            KeyboardInterrupt still saves the last finished chunk.
+        stop: a `StopRequest` the caller installed already (the CLI does, before
+            it imports anything heavy); implies `handle_signals`.
 
     Raises:
-        RunDirError: a new run in a folder that already holds a run, or a resume
-            of a folder without one.
-        CheckpointError: the checkpoint does not fit the experiment.
-        KeyboardInterrupt: after checkpointing, when interrupted.
+        RunDirError: a new run in a folder that holds a run with checkpoints, or
+            a resume of a folder without a run.
+        CheckpointError: no checkpoint passes verification, or it was written by
+            another experiment.
+        ResourceError: the run does not fit the device's memory.
+        RunInterrupted: after saving, when stopped by a signal.
     """
     run_dir = Path(run_dir)
-    metrics = MetricsLog(run_dir / "metrics.jsonl")
+    built = build(experiment)  # every config error before anything is written
+    experiment = built.resolved
+    progress_stream = stream
+    notes: list[str] = []
     if resume:
         if not (run_dir / "config.toml").exists():
             raise RunDirError(f"{run_dir} holds no run (no config.toml)")
-    else:
-        if (run_dir / "config.toml").exists():
-            raise RunDirError(
-                f"{run_dir} already holds a run; continue it with `eqxevo resume "
-                f"{run_dir}` or choose another --out/--name"
-            )
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.toml").write_text(config_module.dumps(experiment))
-
-    built = build(experiment)
+    elif _prepare_new(run_dir):
+        notes.append(
+            f"{run_dir} held a run that saved no checkpoint; starting afresh there"
+        )
+    (run_dir / "config.toml").write_text(config_module.dumps(experiment))
+    metrics = MetricsLog(run_dir / "metrics.jsonl")
     record = config_module.to_dict(experiment)
     checkpoints = Checkpointer(
         run_dir / "checkpoints", keep=experiment.run.keep_checkpoints
@@ -324,97 +780,261 @@ def run(
     generation, state = 0, None
     if resume and checkpoints.latest() is not None:
         generation, state = checkpoints.restore(
-            built.initial_state(), record, ignore=RESUMABLE_CHANGES
+            jax.eval_shape(built.initial_state), record, ignore=RESUMABLE_CHANGES
         )
+        for bad in checkpoints.skipped:
+            notes.append(
+                f"checkpoint at generation {bad.generation} is damaged ({bad.reason}); "
+                f"resuming from generation {generation} (the newest good one)"
+            )
     metrics.truncate(generation)
+    summary = _read_summary(run_dir) if resume else {}
+    segments = summary.setdefault("segments", [])
+    for segment in segments:
+        if segment.get("status") == "running":
+            segment["status"] = "killed"  # it never wrote its end
 
     total = experiment.run.generations
+    saved = {"generation": generation if state is not None else None}
+
+    def describe() -> str:
+        if saved["generation"] is None:
+            return "no checkpoint yet: nothing to resume"
+        return (
+            f"checkpoint at generation {saved['generation']} saved; "
+            f"`eqxevo resume {run_dir}`"
+        )
+
+    owned = stop is None
+    if stop is None:
+        stop = StopRequest(describe, stream=stream)
+    else:
+        stop.describe = describe
+        handle_signals = True
+    if generation >= total:
+        checkpoints.close()
+        summary.setdefault("generations", generation)
+        summary["complete"] = True
+        notes.append(
+            f"{run_dir} is complete at generation {generation} (run.generations = "
+            f"{total}): nothing to run; extend it with --set run.generations=N"
+        )
+        _say(notes, stream)
+        return _totals(summary)
+
+    _say(notes, stream)
     started = time.perf_counter()
-    interrupted = False
+    segment: dict[str, Any] = {
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "from_generation": generation,
+        "to_generation": generation,
+        "status": "running",
+        "platform": jax.default_backend(),
+        "devices": [str(d) for d in (mesh.devices.flat if mesh else jax.devices()[:1])],
+        "host": platform.node(),
+    }
+    segments.append(segment)
     every = experiment.run.checkpoint_every
-    # What the last completed chunk reached, and what is on disk.
     latest: dict[str, Any] = {"generation": generation, "state": state}
-    saved = {"generation": generation}
-    with Progress(
-        total,
-        built.agent_steps_per_generation,
-        start=generation,
-        quiet=quiet,
-        stream=stream,
-    ) as progress:
+    interrupted: int | None = None
+    sinks: list[Any] = []
+    evolve_started: float | None = None
+    evolve_at = time.perf_counter()
+    with (
+        stop if handle_signals and owned else _Null(),
+        Progress(
+            total,
+            built.agent_steps_per_generation,
+            start=generation,
+            quiet=quiet,
+            stream=progress_stream,
+        ) as progress,
+    ):
+        sinks = _sinks(built, run_dir)
+
+        def save(at: int, state: Any) -> None:
+            checkpoints.save(at, state, record)
+            saved["generation"] = at
+            # The summary on disk counts this segment up to here, should the
+            # process be killed before it ends.
+            now = time.perf_counter()
+            segment["to_generation"] = at
+            segment["wall_time_s"] = round(now - started, 3)
+            segment["run_time_s"] = round(now - (evolve_started or now), 3)
+            segment["agent_steps"] = (
+                at - segment["from_generation"]
+            ) * built.agent_steps_per_generation
+            _write_summary(run_dir, summary)
 
         def on_chunk(chunk: Chunk) -> bool:
-            records = history_records(chunk.history)
-            metrics.append(records)
-            progress.update(records)
-            latest["generation"], latest["state"] = chunk.generation, chunk.state
-            if chunk.generation // every > saved["generation"] // every:
-                checkpoints.save(chunk.generation, chunk.state, record)
-                saved["generation"] = chunk.generation
-            return False
+            with stop.lock:
+                records = history_records(chunk.history)
+                metrics.append(records)
+                for sink in sinks:
+                    sink.write(records)
+                progress.update(records, at=evolve_at + chunk.seconds)
+                latest["generation"], latest["state"] = chunk.generation, chunk.state
+                if chunk.generation // every > (saved["generation"] or 0) // every:
+                    save(chunk.generation, chunk.state)
+                stop.work_done = True
+            return stop.requested
 
         try:
-            if generation < total:
-                evolve(
-                    built.key,
-                    built.strategy,
-                    built.fitness,
-                    num_generations=total - generation,
-                    chunk_size=experiment.run.chunk_size,
-                    num_seeds=built.num_seeds,
-                    callback=on_chunk,
-                    state=state,
-                    on_nonfinite=experiment.run.on_nonfinite,
-                    mesh=mesh,
-                    episodes=experiment.run.episodes,
+            if state is None:
+                # A population-based state holds P genomes: check it fits before
+                # it is allocated.
+                shapes = jax.eval_shape(built.initial_state)
+                needed = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes))
+                available, where = available_memory(mesh)
+                if available is not None and needed > available:
+                    raise ResourceError(_too_big(built, needed, available, where))
+                state = built.initial_state()
+            compile_started = time.perf_counter()
+            compiled = compile_chunk(
+                built.key,
+                built.strategy,
+                built.fitness,
+                state=state,
+                chunk_size=experiment.run.chunk_size,
+                num_seeds=built.num_seeds,
+                on_nonfinite=experiment.run.on_nonfinite,
+                mesh=mesh,
+                batch_size=built.batch_size,
+                episodes=experiment.run.episodes,
+            )
+            segment["compile_s"] = round(time.perf_counter() - compile_started, 3)
+            estimate = memory_estimate(compiled)
+            available, where = available_memory(mesh)
+            devices = 1 if mesh is None else mesh.devices.size
+            if estimate:
+                # CPU devices share the host's memory; GPUs have their own.
+                needed = estimate["total"] * (
+                    devices if jax.default_backend() == "cpu" else 1
                 )
+                segment["memory_estimate_bytes"] = needed
+                progress.say(
+                    f"compiled in {format_seconds(segment['compile_s'])}; XLA "
+                    f"estimates {format_bytes(needed)} for a chunk"
+                    + (
+                        f" ({format_bytes(available)} available on {where})"
+                        if available
+                        else ""
+                    )
+                )
+                if available is not None and needed > available:
+                    raise ResourceError(_too_big(built, needed, available, where))
+            evolve_started = time.perf_counter()
+            evolve_at = evolve_started
+            progress.start_running(evolve_started)
+            evolve(
+                built.key,
+                built.strategy,
+                built.fitness,
+                num_generations=total - generation,
+                chunk_size=experiment.run.chunk_size,
+                num_seeds=built.num_seeds,
+                callback=on_chunk,
+                state=state,
+                on_nonfinite=experiment.run.on_nonfinite,
+                mesh=mesh,
+                batch_size=built.batch_size,
+                episodes=experiment.run.episodes,
+                chunk_seconds=experiment.run.chunk_seconds or None,
+            )
         except KeyboardInterrupt:
-            interrupted = True
+            interrupted = 2  # SIGINT: Python's own handler (handle_signals off)
+        except jax.errors.JaxRuntimeError as err:
+            if not _exhausted(err):
+                raise
+            raise ResourceError(
+                "the device ran out of memory during the run ("
+                + " ".join(str(err).split())[:200]
+                + "). "
+                + _too_big(
+                    built,
+                    segment.get("memory_estimate_bytes", 0),
+                    available_memory(mesh)[0] or 0,
+                    available_memory(mesh)[1],
+                )
+            ) from None
+        finally:
+            for sink in sinks:
+                sink.close()
+            if evolve_started is not None:
+                segment["run_time_s"] = round(time.perf_counter() - evolve_started, 3)
+        if stop.requested:
+            interrupted = stop.signum
         generation, state = latest["generation"], latest["state"]
-        if state is not None and saved["generation"] != generation:
-            checkpoints.save(generation, state, record)
+        ran = generation - segment["from_generation"]
+        if ran > 0 and saved["generation"] != generation:
+            save(generation, state)
         checkpoints.close()
-        rate = progress.agent_steps_per_second
+        segment["to_generation"] = generation
+        segment["wall_time_s"] = round(time.perf_counter() - started, 3)
+        segment["agent_steps"] = ran * built.agent_steps_per_generation
+        segment["agent_steps_per_s"] = progress.agent_steps_per_second
+        segment["status"] = "stopped" if interrupted else "complete"
 
-    if state is None:  # nothing ran (already complete, or interrupted at once)
-        summary = (
-            json.loads((run_dir / "summary.json").read_text())
-            if (run_dir / "summary.json").exists()
-            else {"generations": generation}
-        )
-    else:
+    if ran > 0:
         best, best_fitness = _best_of_seeds(built, state)
         save_genome(run_dir / "best_genome.eqx", best)
-        plot_fitness(metrics.read(), run_dir / "fitness.png")
-        summary = {
-            "generations": generation,
-            "best_fitness": best_fitness,
-            "wall_time_s": round(time.perf_counter() - started, 3),
-            "agent_steps_per_s": rate,
-            "platform": jax.default_backend(),
-            "devices": [str(d) for d in jax.devices()],
-            "host": platform.node(),
-            "interrupted": interrupted,
-        }
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        plot_fitness(
+            metrics.read(),
+            run_dir / "fitness.png",
+            title=run_title(built.experiment, run_dir),
+        )
+        summary["best_fitness"] = best_fitness
+    summary["generations"] = generation
+    summary["complete"] = generation >= total and not interrupted
+    summary["interrupted"] = bool(interrupted)
+    _write_summary(run_dir, summary)
     if interrupted:
-        raise KeyboardInterrupt(f"interrupted at generation {generation}")
+        raise RunInterrupted(describe(), exit_code(interrupted), saved["generation"])
     return summary
 
 
+def _say(notes: list[str], stream: Any) -> None:
+    """Print notes the user must see (even with quiet): fallbacks, reuse."""
+    for note in notes:
+        print(note, file=stream if stream is not None else sys.stderr, flush=True)
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def run_title(experiment: Experiment, run_dir: str | Path) -> str:
+    """A figure title naming the run: directory, environment, network, strategy,
+    P, T and seeds."""
+    e = experiment
+    seeds = f", {e.run.num_seeds} seeds" if e.run.num_seeds > 1 else ""
+    return (
+        f"{Path(run_dir).name}: {e.env.name}, {e.net.name}, {e.strategy.name} "
+        f"(P={e.strategy.population_size}, T={e.run.lifetime}{seeds})"
+    )
+
+
 def resume(run_dir: str | Path, overrides: tuple[str, ...] = (), **kwargs: Any) -> Any:
-    """Continue a run from its newest checkpoint (see `run`)."""
+    """Continue a run from its newest good checkpoint (see `run`)."""
     run_dir = Path(run_dir)
     if not (run_dir / "config.toml").exists():
         raise RunDirError(f"{run_dir} holds no run (no config.toml)")
     for item in overrides:
         key = item.split("=", 1)[0].strip()
-        if key not in RESUMABLE_CHANGES:
+        if not any(
+            key == allowed or (allowed.endswith(".") and key.startswith(allowed))
+            for allowed in RESUMABLE_CHANGES
+        ):
+            allowed = ", ".join(
+                k + "*" if k.endswith(".") else k for k in RESUMABLE_CHANGES
+            )
             raise ConfigError(
-                f"--set {item!r}: a resumed run can only change "
-                f"{', '.join(RESUMABLE_CHANGES)}; others would change its trajectory"
+                f"--set {item!r}: a resumed run can only change {allowed}; others "
+                "would change its trajectory"
             )
     experiment = config_module.load(run_dir / "config.toml", overrides)
-    if overrides:
-        (run_dir / "config.toml").write_text(config_module.dumps(experiment))
     return run(experiment, run_dir, resume=True, **kwargs)

@@ -1,17 +1,20 @@
-"""Metric records, the JSONL sink and the progress display.
+"""Metric records, their sinks (JSONL, TensorBoard, W&B) and the progress display.
 
 `evolve` hands the host one chunk of per-generation history at a time; this
 module turns it into records (one per generation and seed), appends them to
-`metrics.jsonl` and shows progress (figures are drawn by `eqxevo.plots`). Records are
-deterministic (no wall-clock fields), so a resumed run's metrics equal an
-uninterrupted run's line for line; timing goes to the progress display and to
-the run summary. Non-finite values are written as JSON `null`.
+`metrics.jsonl`, optionally to TensorBoard event files and a Weights & Biases
+run (the `sinks` extra), and shows progress (figures are drawn by
+`eqxevo.plots`). Records are deterministic (no wall-clock fields), so a resumed
+run's metrics equal an uninterrupted run's line for line; timing goes to the
+progress display and to the run summary. Non-finite values are written as JSON
+`null` (and skipped by the other sinks).
 """
 
-import io
 import json
 import math
+import shutil
 import sys
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -105,12 +108,143 @@ class MetricsLog:
         tmp.replace(self.path)
 
 
+# -- other sinks ------------------------------------------------------------------
+
+
+class SinkError(RuntimeError):
+    """A metric sink cannot start (its library is missing, say)."""
+
+
+def _tags(record: Mapping[str, Any]) -> tuple[int, dict[str, float]]:
+    """A record's generation and its numeric fields as `name` or `seed_k/name`."""
+    generation = int(record["generation"])
+    prefix = f"seed_{record['seed']}/" if "seed" in record else ""
+    values = {
+        f"{prefix}{name}": float(value)
+        for name, value in record.items()
+        if name not in ("generation", "seed")
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+    }
+    return generation, values
+
+
+class TensorBoardSink:
+    """Scalars to TensorBoard event files in `log_dir` (through tensorboardX).
+
+    One scalar per record field, at step = generation; with several seeds the
+    tags are `seed_<k>/<field>`. `tensorboard --logdir RUN_DIR/tensorboard`.
+    """
+
+    def __init__(self, log_dir: str | Path):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError as err:
+            raise SinkError(
+                "sinks.tensorboard = true needs tensorboardX: pip install "
+                "'eqxevo[sinks]'"
+            ) from err
+        self.log_dir = Path(log_dir)
+        self._writer = SummaryWriter(logdir=str(self.log_dir), flush_secs=5)
+
+    def write(self, records: Iterable[Mapping[str, Any]]) -> None:
+        for record in records:
+            generation, values = _tags(record)
+            for tag, value in values.items():
+                self._writer.add_scalar(tag, value, global_step=generation)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class WandbSink:
+    """Metrics to a Weights & Biases run (offline by default: no network).
+
+    Offline runs are written under `run_dir/wandb/`; `wandb sync` uploads them
+    later. One `log` per generation with every seed's fields (`seed_<k>/...`).
+
+    Arguments:
+        run_dir: the run directory (W&B writes `run_dir/wandb/`).
+        project: the W&B project.
+        name: the run's name (the run directory's name).
+        config: the resolved experiment, recorded as the run's config.
+        mode: "offline" or "online".
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        project: str,
+        name: str,
+        config: Mapping[str, Any],
+        mode: str = "offline",
+    ):
+        try:
+            import wandb
+        except ImportError as err:
+            raise SinkError(
+                "sinks.wandb = true needs wandb: pip install 'eqxevo[sinks]'"
+            ) from err
+        settings = wandb.Settings(
+            silent=True, console="off", x_disable_stats=True, disable_git=True
+        )
+        self._run = wandb.init(
+            project=project,
+            name=name,
+            dir=str(run_dir),
+            mode=mode,  # type: ignore[arg-type]
+            config=dict(config),
+            settings=settings,
+        )
+
+    def write(self, records: Iterable[Mapping[str, Any]]) -> None:
+        by_generation: dict[int, dict[str, float]] = {}
+        for record in records:
+            generation, values = _tags(record)
+            by_generation.setdefault(generation, {}).update(values)
+        for generation in sorted(by_generation):
+            self._run.log(by_generation[generation], step=generation)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+# -- progress -----------------------------------------------------------------------
+
+
 def _fmt(value: Any) -> str:
     return "nan" if value is None else f"{value:+.4g}"
 
 
+def format_seconds(seconds: int | float) -> str:
+    """`0.17 s`, `42 s`, `7.5 min`, `3.7 h`."""
+    if seconds < 10:
+        return f"{seconds:.2g} s"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def format_bytes(count: int | float) -> str:
+    """`512 MB`, `16.2 GB` (decimal units)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= size:
+            return f"{count / size:.3g} {unit}"
+    return f"{count:.0f} B"
+
+
 class Progress:
-    """Progress of a run: a live bar on a terminal, periodic lines otherwise.
+    """Progress of a run: a live bar on a terminal, plain lines otherwise.
+
+    Throughput and the time left come from the generations run since
+    `start_running()` (called once the program is compiled), so compilation
+    does not inflate them. Between chunks a heartbeat reports the chunk in
+    progress every `every` seconds, from the measured seconds per generation
+    (no callback leaves the compiled program).
 
     Arguments:
         total: generations to reach.
@@ -118,7 +252,8 @@ class Progress:
         start: generations already done (a resumed run).
         quiet: print nothing.
         stream: where to write (default stderr).
-        every: seconds between plain lines when the stream is not a terminal.
+        every: seconds between plain lines (and heartbeats).
+        long_run: seconds of projected wall time above which a warning is printed.
     """
 
     def __init__(
@@ -128,8 +263,9 @@ class Progress:
         *,
         start: int = 0,
         quiet: bool = False,
-        stream: io.TextIOBase | None = None,
-        every: float = 10.0,
+        stream: Any = None,
+        every: float = 5.0,
+        long_run: float = 3600.0,
     ):
         self.total = total
         self.steps_per_generation = agent_steps_per_generation
@@ -138,107 +274,228 @@ class Progress:
         self.quiet = quiet
         self.stream = stream if stream is not None else sys.stderr
         self.every = every
+        self.long_run = long_run
         self._t0 = time.perf_counter()
+        self._run_t0: float | None = None
+        self._run_from = start
+        self._last_update = self._t0
         self._last_line = -math.inf
         self._bar: Any = None
         self._task: Any = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self.best: float | None = None
         self.mean: float | None = None
-        # Throughput is measured from the end of the first chunk, which includes
-        # compilation, so the figure is the steady rate.
-        self._first: tuple[float, int] | None = None
+        self.projected: float | None = None
         self._printed_at = -1
 
+    # -- output -----------------------------------------------------------------
+
+    def _width(self) -> int:
+        return shutil.get_terminal_size((100, 24)).columns
+
+    def say(self, text: str) -> None:
+        """Print one line (above the live bar, if any)."""
+        if self.quiet:
+            return
+        with self._lock:
+            if self._bar is not None:
+                self._bar.console.print(text, highlight=False, markup=False)
+            else:
+                print(text, file=self.stream, flush=True)
+
     def __enter__(self) -> "Progress":
-        if not self.quiet and self.stream.isatty():
+        if self.quiet:
+            return self
+        if self.stream.isatty():
+            from rich.console import Console
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
                 Progress as RichProgress,
                 TextColumn,
-                TimeRemainingColumn,
+                TimeElapsedColumn,
             )
 
+            console = Console(file=self.stream, width=self._width())
             self._bar = RichProgress(
-                TextColumn("generation"),
+                TextColumn("gen"),
                 MofNCompleteColumn(),
-                BarColumn(),
+                BarColumn(bar_width=None),
                 TextColumn("{task.fields[info]}"),
-                TimeRemainingColumn(),
+                TimeElapsedColumn(),
+                console=console,
                 transient=False,
+                refresh_per_second=2,
+                expand=True,
             )
             self._bar.__enter__()
             self._task = self._bar.add_task(
                 "run", total=self.total, completed=self.done, info="compiling..."
             )
-        elif not self.quiet:
-            print(
-                f"generation {self.done}/{self.total}: compiling...", file=self.stream
-            )
+        else:
+            self.say(f"generation {self.done}/{self.total}: compiling...")
+        self._thread = threading.Thread(
+            target=self._heartbeat, name="eqxevo-progress", daemon=True
+        )
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
         if self._bar is not None:
             self._bar.__exit__(*exc)
-        elif not self.quiet and self._printed_at != self.done:
+        elif not self.quiet and self._printed_at != self.done and self._run_t0:
             self._line()
+
+    # -- measurements -----------------------------------------------------------
 
     @property
     def elapsed(self) -> float:
         return time.perf_counter() - self._t0
 
+    def start_running(self, at: float | None = None) -> None:
+        """Mark the end of compilation (now, or at `at`, a `time.perf_counter()`
+        value): rates are measured from here."""
+        self._run_t0 = time.perf_counter() if at is None else at
+        self._run_from = self.done
+        self._last_update = self._run_t0
+
+    @property
+    def seconds_per_generation(self) -> float | None:
+        """Measured since `start_running` (None before a chunk has finished)."""
+        if self._run_t0 is None or self.done <= self._run_from:
+            return None
+        return (self._last_update - self._run_t0) / (self.done - self._run_from)
+
     @property
     def agent_steps_per_second(self) -> float:
-        """Steady throughput (after the first chunk).
+        """Throughput since compilation ended (0 before any chunk)."""
+        per_generation = self.seconds_per_generation
+        if per_generation is None:
+            return 0.0
+        return self.steps_per_generation / max(per_generation, 1e-9)
 
-        With a single chunk so far, the overall rate (compilation included, so an
-        underestimate); 0 before any chunk.
-        """
-        if self._first is None or self.done == self._first[1]:
-            done = self.done - self.start_generation
-            return done * self.steps_per_generation / max(self.elapsed, 1e-9)
-        seconds, generation = self._first
-        elapsed = max(self.elapsed - seconds, 1e-9)
-        return (self.done - generation) * self.steps_per_generation / elapsed
+    @property
+    def eta(self) -> float | None:
+        """Seconds left at the measured pace (None before a chunk has finished)."""
+        per_generation = self.seconds_per_generation
+        if per_generation is None:
+            return None
+        behind = time.perf_counter() - self._last_update
+        return max((self.total - self.done) * per_generation - behind, 0.0)
 
-    def update(self, records: Sequence[Mapping[str, Any]]) -> None:
-        """Account for a chunk of records (one or more generations)."""
+    def update(
+        self, records: Sequence[Mapping[str, Any]], at: float | None = None
+    ) -> None:
+        """Account for a chunk of records (one or more generations), finished now
+        or at `at` (a `time.perf_counter()` value: when the device finished it)."""
         if not records:
             return
+        if self._run_t0 is None:
+            self.start_running()
         last = max(r["generation"] for r in records)
         latest = [r for r in records if r["generation"] == last]
+        first_chunk = self.done == self._run_from
         self.done = last + 1
-        if self._first is None:
-            self._first = (self.elapsed, self.done)
+        self._last_update = time.perf_counter() if at is None else at
         bests = [r["best_so_far"] for r in latest if r.get("best_so_far") is not None]
         means = [r["mean"] for r in latest if r.get("mean") is not None]
         self.best = max(bests) if bests else None
         self.mean = float(np.mean(means)) if means else None
+        if first_chunk:
+            self._project()
         if self.quiet:
             return
         if self._bar is not None:
-            info = (
-                f"best {_fmt(self.best)}  mean {_fmt(self.mean)}  "
-                f"{self.agent_steps_per_second:.3g} agent-steps/s"
-            )
-            self._bar.update(self._task, completed=self.done, info=info)
+            with self._lock:
+                self._bar.update(self._task, completed=self.done, info=self._info())
         elif self.elapsed - self._last_line >= self.every or self.done >= self.total:
             self._line()
+
+    def _project(self) -> None:
+        per_generation = self.seconds_per_generation
+        if per_generation is None:
+            return
+        projected = (self.total - self.done) * per_generation
+        self.projected = projected
+        if self.done >= self.total:
+            return
+        text = (
+            f"{format_seconds(per_generation)} per generation here: the remaining "
+            f"{self.total - self.done} generations take about "
+            f"{format_seconds(projected)}"
+        )
+        if projected > self.long_run:
+            text = (
+                f"warning: long run. {text}. Ctrl-C (or SIGTERM) stops it with a "
+                "checkpoint; `eqxevo resume RUN_DIR` continues it."
+            )
+        self.say(text)
+
+    def _info(self) -> str:
+        eta = self.eta
+        parts = [f"best {_fmt(self.best)}", f"mean {_fmt(self.mean)}"]
+        rate = self.agent_steps_per_second
+        if rate > 0:
+            parts.append(f"{rate:.3g} agent-steps/s")
+        if eta is not None:
+            parts.append(f"eta {format_seconds(eta)}")
+        return "  ".join(parts)
 
     def _line(self) -> None:
         self._last_line = self.elapsed
         self._printed_at = self.done
-        rate = self.agent_steps_per_second
-        speed = ""
-        if rate > 0:
-            remaining = (self.total - self.done) * self.steps_per_generation / rate
-            speed = f"  {rate:.3g} agent-steps/s  eta {remaining:.0f}s"
-        print(
-            f"generation {self.done}/{self.total}  best {_fmt(self.best)}"
-            f"  mean {_fmt(self.mean)}{speed}  elapsed {self.elapsed:.0f}s",
-            file=self.stream,
-            flush=True,
+        self.say(
+            f"generation {self.done}/{self.total}  {self._info()}  "
+            f"elapsed {format_seconds(self.elapsed)}"
         )
 
+    def _heartbeat(self) -> None:
+        """Every `every` seconds without a finished chunk: the generation running,
+        how long it has run and the time left (estimated from the pace)."""
+        quiet_for = max(self.every, 1.0)
+        while not self._stop.wait(0.5):
+            now = time.perf_counter()
+            if self._run_t0 is None or now - self._last_update < quiet_for:
+                continue
+            if self.elapsed - self._last_line < quiet_for:
+                continue
+            per_generation = self.seconds_per_generation
+            running = now - self._last_update
+            if per_generation is None:
+                text = (
+                    f"generation {self.done + 1}/{self.total} running: "
+                    f"{format_seconds(running)} so far (first chunk)"
+                )
+            else:
+                text = (
+                    f"generation {self.done + 1}/{self.total} running: "
+                    f"{format_seconds(running)} so far, about "
+                    f"{format_seconds(per_generation)} per generation; "
+                    f"eta {format_seconds(self.eta or 0.0)}"
+                )
+            if self._bar is not None:
+                with self._lock:
+                    self._bar.update(
+                        self._task, info=text[: max(self._width() - 40, 20)]
+                    )
+                self._last_line = self.elapsed
+            elif not self.quiet:
+                self._last_line = self.elapsed
+                self.say(text)
 
-__all__ = ["MetricsLog", "Progress", "history_records"]
+
+__all__ = [
+    "MetricsLog",
+    "Progress",
+    "SinkError",
+    "TensorBoardSink",
+    "WandbSink",
+    "format_bytes",
+    "format_seconds",
+    "history_records",
+]

@@ -1,7 +1,8 @@
 """Every figure eqxevo draws: fitness curves of a run, pictures of a lifetime.
 
-- `plot_fitness(records, path)`: a run's fitness per generation (best, mean,
-  best so far; across seeds the mean and its spread).
+- `plot_fitness(records, path, title=...)`: a run's fitness per generation
+  (best, mean, best so far; across seeds the mean and its 95% confidence
+  interval, from scipy.stats), labelled axes, integer generation ticks.
 - `render_trajectory(trajectory, env, params, path)` / `render_policy(key,
   policy, env, params, num_steps, path)`: an agent's path over an arena's
   field(s). One panel per field (L0 has one, L2 and L4 one per resource type).
@@ -33,10 +34,54 @@ from .nets.base import AbstractPolicy
 from .rollout import Trajectory, record
 
 
-def plot_fitness(records: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
-    """Fitness curves (best and mean per generation; mean and spread over seeds)."""
+def _seed_band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over seeds (axis 0) and its 95% confidence interval (Student's t,
+    scipy.stats), per generation; NaN where fewer than two seeds have a value."""
+    from scipy import stats
+
+    count = np.sum(np.isfinite(values), axis=0)
+    safe = np.where(count > 0, count, 1)
+    mean = np.nansum(values, axis=0) / safe
+    mean = np.where(count > 0, mean, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sem = stats.sem(values, axis=0, nan_policy="omit")
+    sem = np.asarray(np.ma.filled(sem, np.nan), dtype=float)
+    df = np.maximum(count - 1, 1)
+    half = np.where(count > 1, stats.t.ppf(0.975, df) * sem, np.nan)
+    return mean, mean - half, mean + half
+
+
+def plot_fitness(
+    records: Sequence[Mapping[str, Any]],
+    path: str | Path,
+    *,
+    title: str | None = None,
+) -> Path:
+    """Fitness per generation: best so far, best and mean of each generation.
+
+    With several seeds each line is the mean over seeds and the shaded band its
+    95% confidence interval (Student's t over seeds); the legend says so.
+
+    Arguments:
+        records: `metrics.jsonl` records (`eqxevo.metrics.history_records`).
+        path: where to write the PNG.
+        title: the figure's title (default "fitness per generation").
+
+    Returns:
+        The path written.
+    """
+    path = Path(path)
+    fitness_figure(records, title=title).savefig(path)
+    return path
+
+
+def fitness_figure(
+    records: Sequence[Mapping[str, Any]], *, title: str | None = None
+) -> Any:
+    """The `plot_fitness` figure, a matplotlib `Figure` (drawn on its Agg canvas)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     seeds = sorted({r.get("seed", 0) for r in records})
     generations = sorted({r["generation"] for r in records})
@@ -51,43 +96,52 @@ def plot_fitness(records: Sequence[Mapping[str, Any]], path: str | Path) -> Path
             )
         return out
 
-    fig = Figure(figsize=(7, 4.2), dpi=120)
+    fig = Figure(figsize=(7, 4.4), dpi=120, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     x = np.asarray(generations)
     colors = {"best_so_far": "tab:blue", "best": "tab:green", "mean": "tab:orange"}
     labels = {
         "best_so_far": "best so far",
-        "best": "best of generation",
-        "mean": "mean",
+        "best": "best of the generation",
+        "mean": "population mean",
     }
+    banded = False
     for name, color in colors.items():
         values = grid(name)
         if np.all(np.isnan(values)):
             continue
+        marker = "o" if len(x) == 1 else None
         if len(seeds) == 1:
-            ax.plot(x, values[0], color=color, label=labels[name], lw=1.5)
-        else:
-            centre = np.nanmean(values, axis=0)
             ax.plot(
-                x, centre, color=color, label=f"{labels[name]} (mean of {len(seeds)})"
+                x, values[0], color=color, label=labels[name], lw=1.5, marker=marker
             )
-            ax.fill_between(
+        else:
+            centre, low, high = _seed_band(values)
+            ax.plot(
                 x,
-                np.nanmin(values, axis=0),
-                np.nanmax(values, axis=0),
+                centre,
                 color=color,
-                alpha=0.2,
-                lw=0,
+                label=f"{labels[name]} (mean of {len(seeds)} seeds)",
+                marker=marker,
             )
+            ax.fill_between(x, low, high, color=color, alpha=0.2, lw=0)
+            banded = True
+    if banded:
+        from matplotlib.patches import Patch
+
+        handles, names = ax.get_legend_handles_labels()
+        handles.append(Patch(color="0.6", alpha=0.4, lw=0))
+        names.append(f"band: 95% CI of the mean over {len(seeds)} seeds (t)")
+        ax.legend(handles, names, loc="best", fontsize=8)
+    else:
+        ax.legend(loc="best", fontsize=8)
     ax.set_xlabel("generation")
-    ax.set_ylabel("fitness")
+    ax.set_ylabel("fitness (higher is better)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    return path
+    ax.set_title(title or "fitness per generation", fontsize=10, wrap=True)
+    return fig
 
 
 # -- pictures of a lifetime --------------------------------------------------
@@ -129,6 +183,30 @@ def render_trajectory(
     Returns:
         The path written.
     """
+    figure = trajectory_figure(
+        trajectory,
+        env,
+        env_params,
+        time_index=time_index,
+        resolution=resolution,
+        title=title,
+    )
+    out = pathlib.Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, format="png", dpi=dpi)
+    return out
+
+
+def trajectory_figure(
+    trajectory: Trajectory,
+    env: AbstractArenaEnv,
+    env_params: EnvParams,
+    *,
+    time_index: int = -1,
+    resolution: int = 120,
+    title: str | None = None,
+) -> Any:
+    """The `render_trajectory` figure, a matplotlib `Figure` (see there)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -152,8 +230,12 @@ def render_trajectory(
     # Entry t + 1 is the state after step t; a done at step t (or a death with
     # rebirth elsewhere, L4's "died") ends the segment.
     ends = dones | np.asarray(trajectory.info.get("died", np.zeros_like(dones)), bool)
-    breaks = np.flatnonzero(ends) + 2
-    segments = np.split(positions, breaks)
+    breaks = set((np.flatnonzero(ends) + 2).tolist())
+    # A jump longer than a quarter of the arena is a respawn, not a path: break
+    # there too, so no line crosses the arena.
+    jumps = np.linalg.norm(np.diff(positions, axis=0), axis=-1)
+    breaks |= set((np.flatnonzero(jumps > half / 2) + 1).tolist())
+    segments = np.split(positions, sorted(breaks))
 
     names = env.field_labels(state)
     figure = Figure(figsize=(4.2 * len(names), 4.4), layout="constrained")
@@ -166,28 +248,49 @@ def render_trajectory(
             extent=(-half, half, -half, half),
             cmap="viridis",
         )
-        figure.colorbar(image, ax=ax, shrink=0.8)
-        for segment in segments:
+        bar = figure.colorbar(image, ax=ax, shrink=0.8)
+        bar.set_label(f"{name} (field value)")
+        for n, segment in enumerate(segments):
             if len(segment):
-                ax.plot(segment[:, 0], segment[:, 1], color="white", lw=0.9)
+                ax.plot(
+                    segment[:, 0],
+                    segment[:, 1],
+                    color="white",
+                    lw=0.9,
+                    label="path (broken at episode ends)" if n == 0 else None,
+                )
         ax.plot(*positions[0], "o", color="lime", ms=7, label="start")
         ax.plot(*positions[-1], "x", color="red", ms=8, mew=2, label="end")
-        ax.plot(landmarks[k, :, 0], landmarks[k, :, 1], "*", color="white", ms=10)
+        ax.plot(
+            landmarks[k, :, 0],
+            landmarks[k, :, 1],
+            "*",
+            color="white",
+            mec="black",
+            ms=10,
+            label="sources/patches" + (" at the end" if time_index == -1 else ""),
+        )
         ax.set_xlim(-half, half)
         ax.set_ylim(-half, half)
         ax.set_aspect("equal")
-        ax.set_title(name)
+        ax.set_xlabel("x (arena units)")
+        ax.set_ylabel("y (arena units)")
+        ax.set_title(name, fontsize=10)
+        ax.legend(
+            loc="upper left",
+            fontsize=7,
+            framealpha=0.6,
+            facecolor="0.3",
+            labelcolor="white",
+        )
     if title is None:
         steps = int(dones.shape[0])
         title = (
             f"{type(env).__name__}: fitness {float(trajectory.fitness):.4g} over "
             f"{steps} steps"
         )
-    figure.suptitle(title)
-    out = pathlib.Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, format="png", dpi=dpi)
-    return out
+    figure.suptitle(title, fontsize=10, wrap=True)
+    return figure
 
 
 @key_first(old_position=3)
@@ -208,4 +311,10 @@ def render_policy(
     return render_trajectory(trajectory, env, env_params, path, **kwargs)
 
 
-__all__ = ["plot_fitness", "render_policy", "render_trajectory"]
+__all__ = [
+    "fitness_figure",
+    "plot_fitness",
+    "render_policy",
+    "render_trajectory",
+    "trajectory_figure",
+]

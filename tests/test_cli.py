@@ -1,12 +1,17 @@
+import concurrent.futures
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import jax
 import pytest
 from click.testing import CliRunner
+from evosax.algorithms import algorithms
 from helpers import tree_equal
 
 from eqxevo import config, experiment
@@ -59,7 +64,8 @@ def test_run_errors_are_messages_not_tracebacks(tmp_path):
     result = runner.invoke(
         main, ["run", *sets(SMALL), "--devices", "3", "--out", str(tmp_path)]
     )
-    assert result.exit_code == 2 and "does not split over 3 devices" in result.output
+    assert result.exit_code == 2
+    assert "--devices 3: this machine has" in result.output  # (JAX runs in-process)
 
 
 def test_strategies_lists_presets_and_evosax_algorithms():
@@ -158,3 +164,332 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted_run(tmp_path):
         states.append(ckpt.restore(like, ckpt.experiment(40))[1])
         ckpt.close()
     assert tree_equal(*states)
+
+
+# -- interrupts at every moment -------------------------------------------------------
+
+LONG = [
+    "net.name=mlp",
+    "net.options.width=8",
+    "net.options.depth=1",
+    "strategy.population_size=32",
+    "run.lifetime=1000",
+    "run.generations=60",
+    "run.chunk_seconds=0.3",
+    "run.checkpoint_every=4",
+]
+SAVED = re.compile(r"^checkpoint at generation (\d+) saved; `eqxevo resume (.+)`$")
+
+
+def _handles_sigterm(pid):
+    """Whether the process catches SIGTERM yet (our handler is installed)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = int(re.search(r"SigCgt:\s*([0-9a-f]+)", status).group(1), 16)
+    return bool(mask >> (signal.SIGTERM - 1) & 1)
+
+
+def _checkpoint_tmp(run_dir):
+    return any(".orbax-checkpoint-tmp" in p.name for p in run_dir.glob("checkpoints/*"))
+
+
+def _metrics_lines(run_dir):
+    path = run_dir / "metrics.jsonl"
+    return path.read_text().count("\n") if path.exists() else 0
+
+
+# (name, signals, when): `when(process, run_dir, stderr_text)` says when to send.
+MOMENTS = [
+    ("at-start", [signal.SIGTERM], lambda p, d, e: _handles_sigterm(p.pid)),
+    ("tracing", [signal.SIGINT], lambda p, d, e: "compiling..." in e),
+    ("compiling", [signal.SIGTERM], lambda p, d, e: "compiling..." in e, 4.0),
+    ("first-chunk", [signal.SIGINT], lambda p, d, e: "compiled in" in e),
+    ("running", [signal.SIGTERM], lambda p, d, e: _metrics_lines(d) >= 6),
+    ("running-late", [signal.SIGINT], lambda p, d, e: _metrics_lines(d) >= 20),
+    ("checkpointing", [signal.SIGTERM], lambda p, d, e: _checkpoint_tmp(d)),
+    ("twice", [signal.SIGINT, signal.SIGINT], lambda p, d, e: _metrics_lines(d) >= 9),
+]
+
+
+def _interrupt(tmp_path, moment):
+    name, signals, when, *delay = moment
+    run_dir = tmp_path / name
+    err_path = tmp_path / f"{name}.err"
+    command = [sys.executable, "-m", "eqxevo.cli", "run", *sets(LONG)]
+    with err_path.open("w") as err:
+        process = subprocess.Popen(
+            [*command, "--out", str(tmp_path), "--name", name],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and process.poll() is None:
+            if when(process, run_dir, err_path.read_text()):
+                break
+            time.sleep(0.002)
+        time.sleep(delay[0] if delay else 0.0)
+        for k, signum in enumerate(signals):
+            if k:
+                time.sleep(0.05)
+            if process.poll() is None:
+                process.send_signal(signum)
+        code = process.wait(timeout=240)
+    return name, signals, code, err_path.read_text(), run_dir
+
+
+@pytest.mark.slow
+def test_signals_at_every_moment_end_cleanly_with_a_true_message(tmp_path):
+    """Ctrl-C/SIGTERM while starting, tracing, compiling, running and saving: the
+    exit is 130/143 (never a signal death), the last line is true, and a run
+    stopped mid-way resumes to the uninterrupted run's metrics."""
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        outcomes = list(pool.map(lambda m: _interrupt(tmp_path, m), MOMENTS))
+    for name, signals, code, err, _ in outcomes:
+        print(name, [s.name for s in signals], code, "|", err.strip().splitlines()[-2:])
+    for name, signals, code, err, run_dir in outcomes:
+        assert "Traceback" not in err and "core dumped" not in err, (name, err)
+        if code == 0:  # finished before the signal landed: a true report
+            assert "run directory" not in err, name
+            continue
+        assert code == 128 + signals[0], (name, code, err)
+        last = err.strip().splitlines()[-1]
+        match = SAVED.match(last)
+        if last == "no checkpoint yet: nothing to resume":
+            assert Checkpointer(run_dir / "checkpoints").latest() is None, name
+        else:
+            assert match, (name, last)
+            generation = int(match.group(1))
+            assert match.group(2) == str(run_dir), name
+            like = experiment.build(config.load(run_dir / "config.toml"))
+            ckpt = Checkpointer(run_dir / "checkpoints")
+            restored, _ = ckpt.restore(
+                jax.eval_shape(like.initial_state),
+                config.to_dict(like.resolved),
+                ignore=experiment.RESUMABLE_CHANGES,
+            )
+            ckpt.close()
+            assert restored == generation, (name, last)
+            assert ckpt.skipped == [], name
+        if len(signals) == 2:
+            assert "again: quitting at once" in err, name
+    by_name = {o[0]: o for o in outcomes}
+    assert by_name["at-start"][3].strip().endswith("nothing to resume")
+    assert by_name["compiling"][3].strip().endswith("nothing to resume")
+    running = by_name["running"][4]
+    assert SAVED.match(by_name["running"][3].strip().splitlines()[-1])
+
+    resumed = CliRunner().invoke(main, ["resume", str(running), "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+    full = CliRunner().invoke(
+        main, ["run", *sets(LONG), "--out", str(tmp_path), "--name", "full", "--quiet"]
+    )
+    assert full.exit_code == 0, full.output
+    assert (running / "metrics.jsonl").read_text() == (
+        tmp_path / "full/metrics.jsonl"
+    ).read_text()
+    summary = json.loads((running / "summary.json").read_text())
+    assert [s["status"] for s in summary["segments"]] == ["stopped", "complete"]
+
+
+# -- the CLI as documentation -----------------------------------------------------
+
+
+def test_help_shows_toml_literals_ranges_and_every_option():
+    text = CliRunner().invoke(main, ["run", "--help"]).output
+    assert "run.reset_on_done = true  # bool (true or false)" in text
+    assert "True" not in text and "False" not in text
+    assert 'run.on_nonfinite = "rank_worst"  # "rank_worst" | "raise"' in text
+    assert "strategy.init_scale = 0.1  # float > 0 and finite" in text
+    assert "run.generations = 200  # int >= 1" in text
+    # every network's and environment's options, every algorithm's params
+    assert "  mlp: width: int = 32, depth: int = 2" in text
+    assert "  sparse_rate: num_neurons: int = 64" in text
+    assert "  foraging: options num_resources: int = 2" in text
+    assert "max_speed = 0.01" in text
+    assert "  SNES: params std_init: " in text and "  SV_CMA_ES: params " in text
+    assert "num_populations: int = (required)" in text
+    # what --help shows, --set takes
+    exp = config.load(None, ["run.reset_on_done=false", "sinks.wandb=true"])
+    assert exp.run.reset_on_done is False and exp.sinks.wandb is True
+
+
+def test_set_takes_toml_literals_everywhere():
+    exp = config.load(
+        None,
+        [
+            'net.options.plasticity={ learning_rate = 0.01, trace_dtype = "float16" }',
+            'strategy.kwargs.optimizer={ optax = "adam", learning_rate = 0.01 }',
+            "run.reset_on_done=false",
+            "env.params.sensor_noise=1e-3",
+            "strategy.name=snes",  # a bare word is a string
+        ],
+    )
+    assert exp.net.options["plasticity"] == {
+        "learning_rate": 0.01,
+        "trace_dtype": "float16",
+    }
+    assert exp.strategy.kwargs["optimizer"]["optax"] == "adam"
+    assert exp.run.reset_on_done is False and exp.env.params["sensor_noise"] == 1e-3
+
+
+TINY = [
+    "env.name=test_rollout:CounterEnv",
+    "net.name=mlp",
+    "net.options.width=2",
+    "net.options.depth=0",
+    "strategy.population_size=8",
+    "run.lifetime=3",
+    "run.generations=2",
+    "run.chunk_size=1",
+]
+KWARGS = {
+    "SV_CMA_ES": ["strategy.kwargs.num_populations=2"],
+    "SV_Open_ES": [
+        "strategy.kwargs.num_populations=2",
+        'strategy.kwargs.optimizer={ optax = "adam", learning_rate = 0.01 }',
+    ],
+    "Open_ES": ['strategy.kwargs.optimizer={ optax = "sgd", learning_rate = 0.05 }'],
+    "PGPE": ['strategy.kwargs.fitness_shaping_fn="centered_rank"'],
+    "SimpleGA": ["strategy.init_scale=0.5"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(algorithms))
+def test_every_evosax_algorithm_builds_by_name_from_command_line_settings(name):
+    """The CLI's path up to evolve: --set items -> config -> build, for every
+    algorithm (with its keyword arguments in TOML where it needs them)."""
+    items = [*TINY, f"strategy.name={name}", *KWARGS.get(name, [])]
+    built = experiment.build(config.load(None, items))
+    assert built.strategy.name == name
+    assert built.strategy.population_size == 8
+    assert config.load(None, items).strategy.kwargs == built.resolved.strategy.kwargs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["SV_CMA_ES", "Open_ES", "PGPE", "SimpleGA"])
+def test_algorithms_of_every_family_run_from_the_command_line(tmp_path, name):
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            *sets([*TINY, f"strategy.name={name}", *KWARGS.get(name, [])]),
+            "--out",
+            str(tmp_path),
+            "--name",
+            "r",
+            "--quiet",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "after 2 generations" in result.output
+    written = config.load(tmp_path / "r/config.toml")
+    assert written.strategy.name == name
+    assert (
+        written.strategy.kwargs
+        == config.load(None, KWARGS.get(name, [])).strategy.kwargs
+    )
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        (
+            ["strategy.init_scale=0"],
+            "strategy.init_scale = 0.0 is out of range; it must be > 0 and finite",
+        ),
+        (
+            ["strategy.init_scale=nan"],
+            "strategy.init_scale = nan is out of range; it must be > 0 and finite",
+        ),
+        (
+            ["strategy.params.std_init=-1.0"],
+            "strategy 'snes': strategy.params.std_init = -1.0 for snes must be "
+            "finite and > 0",
+        ),
+        (
+            ["strategy.params.std_init=nan"],
+            "strategy 'snes': strategy.params.std_init = nan for snes is NaN",
+        ),
+        (
+            ["strategy.name=Open_ES", "strategy.population_size=7"],
+            "strategy 'Open_ES': strategy.population_size=7 is rejected by Open_ES",
+        ),
+        (
+            ["strategy.name=SV_CMA_ES"],
+            "pass num_populations=<int >= 1>",
+        ),
+        (
+            ["run.reset_on_done=True"],
+            'run.reset_on_done must be bool (true or false); got "True" (TOML '
+            "booleans are lower case)",
+        ),
+        (
+            ['strategy.kwargs.optimizer={ optax = "adamm" }'],
+            "strategy.kwargs.optimizer: optax has no public function 'adamm'",
+        ),
+    ],
+)
+def test_bad_values_are_one_line_errors_naming_the_field(tmp_path, items, message):
+    result = CliRunner().invoke(
+        main, ["run", *sets([*TINY, *items]), "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert message in lines[0]
+    assert not any(tmp_path.iterdir())  # nothing written for a bad config
+
+
+def test_more_devices_than_the_machine_is_refused():
+    result = subprocess.run(
+        [sys.executable, "-m", "eqxevo.cli", "run", "--devices", "64", *sets(TINY)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).parent)),
+    )
+    assert result.returncode == 2
+    cores = len(os.sched_getaffinity(0))
+    assert (
+        f"--devices 64: this machine has {cores} CPU cores; allowed: 1 to {cores}"
+        in result.stderr
+    )
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_population_of_ten_million_is_refused_fast_without_a_traceback(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eqxevo.cli",
+            "run",
+            *sets(
+                [
+                    "net.name=mlp",
+                    "net.options.width=64",
+                    "strategy.population_size=10000000",
+                    "run.lifetime=10",
+                ]
+            ),
+            "--out",
+            str(tmp_path),
+            "--name",
+            "big",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "RESOURCE_EXHAUSTED" not in result.stderr
+    (error,) = [x for x in result.stderr.splitlines() if x.startswith("Error: ")]
+    assert error.startswith("Error: this run needs about ")
+    assert "strategy.population_size (now 10000000;" in error
+    assert "run.batch_size" in error and "--devices" in error
+    # the same name then works (nothing was checkpointed)
+    assert not list((tmp_path / "big/checkpoints").glob("[0-9]*"))

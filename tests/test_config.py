@@ -64,8 +64,11 @@ def test_file_and_overrides(tmp_path):
             "strategy.init_scale=0",
             r"strategy.init_scale = 0.0 is out of range; it must be > 0",
         ),
-        ("strategy.init_scale=inf", r"strategy.init_scale must be float"),
-        ("run.on_nonfinite=skip", r"allowed: 'rank_worst', 'raise'"),
+        (
+            "strategy.init_scale=inf",
+            r"strategy.init_scale = inf is out of range; it must be > 0 and finite",
+        ),
+        ("run.on_nonfinite=skip", r'allowed: "rank_worst", "raise"'),
         ("colour.x=1", r"unknown key colour; allowed in \[top level\]"),
         ("run=3", r"\[run\] must be a table"),
         ("env.params=3", r"env.params must be a table"),

@@ -1,11 +1,22 @@
+import io
 import json
+import os
+import re
+import shutil
+from pathlib import Path
 
+import equinox as eqx
 import jax
+import jax.random as jr
+import numpy as np
 import pytest
-from helpers import tree_equal
+from click.testing import CliRunner
+from helpers import Net, noisy_sphere, tree_equal
 
+import eqxevo
 from eqxevo import config, experiment
 from eqxevo.checkpoint import Checkpointer, CheckpointError
+from eqxevo.cli import main
 from eqxevo.config import ConfigError
 
 SMALL = [
@@ -17,6 +28,8 @@ SMALL = [
     "run.generations=6",
     "run.chunk_size=2",
     "run.checkpoint_every=2",
+    # fixed chunks: checkpoints land on the same generations whatever the timing
+    "run.chunk_seconds=0",
 ]
 
 
@@ -42,7 +55,7 @@ def test_run_writes_the_run_directory(tmp_path):
     ]
     assert [r["generation"] for r in records] == list(range(6))
     assert summary["generations"] == 6 and not summary["interrupted"]
-    assert config.load(tmp_path / "r/config.toml") == small()
+    assert config.load(tmp_path / "r/config.toml") == experiment.build(small()).resolved
     built, genome = experiment.load_best_genome(tmp_path / "r")
     fitness, _ = built.fitness(genome, jax.random.key(0))
     assert jax.numpy.isfinite(fitness)
@@ -88,7 +101,7 @@ def test_interrupt_checkpoints_the_last_complete_chunk(tmp_path, monkeypatch):
         return real_update(self, records)
 
     monkeypatch.setattr(experiment.Progress, "update", update_then_interrupt)
-    exp = small("run.checkpoint_every=100")
+    exp = small("run.checkpoint_every=100", "run.chunk_seconds=0")
     with pytest.raises(KeyboardInterrupt):
         experiment.run(exp, tmp_path / "i", quiet=True)
     assert Checkpointer(tmp_path / "i/checkpoints").latest() == 4
@@ -131,7 +144,10 @@ def test_new_run_refuses_an_existing_run_directory(tmp_path):
             r"env.params.colour is not a parameter of Chemotaxis",
         ),
         ("net.options.widht=3", r"net.options: cannot build MLPPolicy"),
-        ("strategy.name=CMA-ES", r"strategy: algorithm='CMA-ES'.*'CMA_ES'"),
+        (
+            "strategy.name=CMA-ES",
+            r"strategy 'CMA-ES': algorithm='CMA-ES'.*'CMA_ES'",
+        ),
         (
             "env.name=no.such.module:Env",
             r"env.name = 'no.such.module:Env' cannot be imported",
@@ -146,3 +162,327 @@ def test_build_errors_name_the_key(override, match):
 def test_env_params_overrides_reach_the_environment():
     built = experiment.build(small("env.params.sensor_noise=0.25"))
     assert float(built.env_params.sensor_noise) == 0.25
+
+
+# -- damaged checkpoints --------------------------------------------------------------
+
+
+def _largest_file(folder: Path) -> Path:
+    return max(
+        (p for p in folder.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size
+    )
+
+
+def _truncate(step: Path) -> None:
+    path = _largest_file(step / "state")
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _remove_file(step: Path) -> None:
+    _largest_file(step / "state").unlink()
+
+
+def _flip_bytes(step: Path) -> None:
+    path = _largest_file(step / "state")
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 2, len(data)):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _drop_integrity(step: Path) -> None:
+    shutil.rmtree(step / "integrity")
+
+
+def _other_shapes(step: Path) -> None:
+    # A state of another network (width 9) written under this generation with
+    # this experiment's record: the shapes disagree.
+    run_dir = step.parent.parent
+    record = Checkpointer(step.parent).experiment(int(step.name))
+    other = experiment.build(small("net.options.width=9"))
+    shutil.rmtree(step)
+    ckpt = Checkpointer(step.parent)
+    ckpt.save(int(step.name), other.initial_state(), record)
+    ckpt.close()
+    assert run_dir.exists()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted 10-generation run: its metrics and final state."""
+    run_dir = tmp_path_factory.mktemp("reference") / "full"
+    experiment.run(small("run.generations=10"), run_dir, quiet=True)
+    like = experiment.build(small("run.generations=10")).initial_state()
+    return (run_dir / "metrics.jsonl").read_text(), final_state(run_dir, like)[1]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [_truncate, _remove_file, _flip_bytes, _drop_integrity, _other_shapes],
+    ids=["truncated", "missing-file", "flipped-bytes", "no-checksum", "other-shapes"],
+)
+def test_damaged_newest_checkpoint_falls_back_and_ends_bit_identical(
+    tmp_path, reference, damage
+):
+    run_dir = tmp_path / "r"
+    experiment.run(small("run.generations=6"), run_dir, quiet=True)
+    assert Checkpointer(run_dir / "checkpoints").generations() == [2, 4, 6]
+    damage(run_dir / "checkpoints" / "6")
+    out = io.StringIO()
+    experiment.resume(run_dir, ("run.generations=10",), quiet=True, stream=out)
+    (line,) = [x for x in out.getvalue().splitlines() if "damaged" in x]
+    assert line.startswith("checkpoint at generation 6 is damaged (")
+    assert line.endswith("resuming from generation 4 (the newest good one)")
+    metrics, state = reference
+    assert (run_dir / "metrics.jsonl").read_text() == metrics
+    like = experiment.build(small("run.generations=10")).initial_state()
+    generation, resumed = final_state(run_dir, like)
+    assert generation == 10 and tree_equal(resumed, state)
+    assert (run_dir / "damaged-checkpoints" / "6").is_dir()
+
+
+def test_no_good_checkpoint_is_one_clear_error(tmp_path):
+    run_dir = tmp_path / "r"
+    experiment.run(small("run.generations=4"), run_dir, quiet=True)
+    for step in (2, 4):
+        _truncate(run_dir / "checkpoints" / str(step))
+    with pytest.raises(CheckpointError) as info:
+        experiment.resume(run_dir, quiet=True)
+    message = str(info.value)
+    assert message.startswith(f"no checkpoint in {run_dir.resolve()}/checkpoints ")
+    assert "generation 4: its state cannot be read" in message
+    assert "generation 2: its state cannot be read" in message
+    assert "\n" not in message
+
+
+# -- run directories ------------------------------------------------------------------
+
+
+def test_same_name_after_a_run_that_saved_no_checkpoint_just_works(
+    tmp_path, monkeypatch
+):
+    def fail(*args, **kwargs):
+        raise RuntimeError("compiler crashed")
+
+    monkeypatch.setattr(experiment, "compile_chunk", fail)
+    with pytest.raises(RuntimeError, match="compiler crashed"):
+        experiment.run(small(), tmp_path / "r", quiet=True)
+    assert (tmp_path / "r/config.toml").exists()
+    assert Checkpointer(tmp_path / "r/checkpoints").latest() is None
+    monkeypatch.undo()
+    out = io.StringIO()
+    summary = experiment.run(small(), tmp_path / "r", quiet=True, stream=out)
+    assert "held a run that saved no checkpoint; starting afresh" in out.getvalue()
+    assert summary["generations"] == 6 and summary["num_segments"] == 1
+    # a run that did save a checkpoint is never overwritten
+    with pytest.raises(experiment.RunDirError, match="already holds a run"):
+        experiment.run(small(), tmp_path / "r", quiet=True)
+
+
+def test_summary_accumulates_across_resumes(tmp_path):
+    run_dir = tmp_path / "r"
+    experiment.run(small("run.generations=4"), run_dir, quiet=True)
+    experiment.resume(run_dir, ("run.generations=6",), quiet=True)
+    before = (run_dir / "summary.json").read_text()
+    out = io.StringIO()
+    again = experiment.resume(run_dir, quiet=True, stream=out)  # finished already
+    assert "is complete at generation 6" in out.getvalue()
+    assert (run_dir / "summary.json").read_text() == before
+    summary = json.loads(before)
+    segments = summary["segments"]
+    assert [(s["from_generation"], s["to_generation"]) for s in segments] == [
+        (0, 4),
+        (4, 6),
+    ]
+    steps = 8 * 40  # P * T
+    assert [s["agent_steps"] for s in segments] == [4 * steps, 2 * steps]
+    assert summary["agent_steps"] == 6 * steps
+    assert summary["wall_time_s"] == pytest.approx(
+        sum(s["wall_time_s"] for s in segments), abs=2e-3
+    )
+    assert summary["num_segments"] == 2 and summary["generations"] == 6
+    assert summary["complete"] and again["agent_steps"] == 6 * steps
+
+
+def test_config_toml_records_every_resolved_value_and_reproduces_the_run(tmp_path):
+    exp = small(
+        "env.params.sensor_noise=0.02",
+        "strategy.params.std_init=0.05",
+        "run.generations=4",
+    )
+    experiment.run(exp, tmp_path / "a", quiet=True)
+    written = config.load(tmp_path / "a/config.toml")
+    assert written.net.options == {"width": 8, "depth": 1}
+    assert written.env.params["sensor_noise"] == 0.02
+    assert written.env.params["max_speed"] == 0.01  # a default, written out
+    assert written.strategy.params["std_init"] == 0.05
+    assert "lr_std_init" in written.strategy.params  # SNES's derived default
+    assert written.run.chunk_seconds == 0.0 and written.sinks.tensorboard is False
+    # `eqxevo run RUN_DIR/config.toml` repeats the run exactly
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(tmp_path / "a/config.toml"),
+            "--out",
+            str(tmp_path),
+            "--name",
+            "b",
+            "--quiet",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    for name in ("metrics.jsonl", "config.toml"):
+        assert (tmp_path / "a" / name).read_text() == (
+            tmp_path / "b" / name
+        ).read_text()
+    like = experiment.build(written).initial_state()
+    assert tree_equal(
+        final_state(tmp_path / "a", like)[1], final_state(tmp_path / "b", like)[1]
+    )
+
+
+def test_adaptive_chunks_equal_fixed_chunks_and_compile_once():
+    from eqxevo.evolve import _run_chunk
+
+    strategy = eqxevo.Strategy("sep_cma_es", Net(key=jr.key(0)), 8)
+    fixed = eqxevo.evolve(
+        jr.key(1), strategy, noisy_sphere, num_generations=9, chunk_size=4
+    )
+    sizes = []
+    before = eqx.debug.get_num_traces(_run_chunk)
+    adaptive = eqxevo.evolve(
+        jr.key(1),
+        strategy,
+        noisy_sphere,
+        num_generations=9,
+        chunk_size=4,
+        chunk_seconds=1e-9,  # every chunk is one generation
+        callback=lambda chunk: sizes.append(chunk.history["generation"].shape[0]),
+    )
+    assert sizes == [1] * 9
+    assert eqx.debug.get_num_traces(_run_chunk) == before  # no new program
+    assert tree_equal(fixed.state, adaptive.state)
+    for key in ("best", "mean", "best_so_far"):
+        np.testing.assert_array_equal(fixed.history[key], adaptive.history[key])
+    with pytest.raises(ValueError, match="chunk_seconds must be a finite number > 0"):
+        eqxevo.evolve(
+            jr.key(1), strategy, noisy_sphere, num_generations=2, chunk_seconds=0.0
+        )
+
+
+# -- memory ---------------------------------------------------------------------------
+
+
+def test_a_run_that_cannot_fit_stops_before_it_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr(
+        experiment, "available_memory", lambda mesh=None: (1000, "this host")
+    )
+    with pytest.raises(experiment.ResourceError) as info:
+        experiment.run(small(), tmp_path / "r", quiet=True)
+    message = str(info.value)
+    assert message.startswith("this run needs about ")
+    assert "but this host has 1 kB available" in message
+    for advice in ("strategy.population_size (now 8;", "run.batch_size", "--devices"):
+        assert advice in message
+    assert not (tmp_path / "r/metrics.jsonl").exists()
+
+
+def test_progress_reports_the_memory_estimate_and_projection(tmp_path):
+    out = io.StringIO()
+    experiment.run(small(), tmp_path / "r", stream=out)
+    text = out.getvalue()
+    assert "XLA estimates" in text and "available on this host" in text
+    assert re.search(
+        r"per generation here: the remaining \d generations take about", text
+    )
+    summary = json.loads((tmp_path / "r/summary.json").read_text())
+    assert summary["segments"][0]["memory_estimate_bytes"] > 1000
+
+
+# -- sinks ----------------------------------------------------------------------------
+
+
+def _tfrecords(path: Path) -> list[bytes]:
+    import struct
+
+    data, out, pos = path.read_bytes(), [], 0
+    while pos < len(data):
+        (length,) = struct.unpack("<Q", data[pos : pos + 8])
+        out.append(data[pos + 12 : pos + 12 + length])
+        pos += 12 + length + 4
+    return out
+
+
+def _wandb_history(path: Path) -> list[dict]:
+    """History rows of an offline W&B run file (a LevelDB-style record log)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    raw, pos, block, records, partial = path.read_bytes(), 7, 32768, [], b""
+    while pos + 7 <= len(raw):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", raw[pos : pos + 7])
+        if length == 0 and kind == 0:
+            pos += left
+            continue
+        chunk = raw[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind == 1:
+            records.append(chunk)
+        elif kind == 2:
+            partial = chunk
+        elif kind == 3:
+            partial += chunk
+        elif kind == 4:
+            records.append(partial + chunk)
+    rows = []
+    for data in records:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        if record.WhichOneof("record_type") == "history":
+            rows.append(
+                {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                    for item in record.history.item
+                }
+            )
+    return rows
+
+
+def test_tensorboard_and_wandb_sinks_receive_every_generation(tmp_path, monkeypatch):
+    from tensorboardX.proto import event_pb2
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    exp = small("sinks.tensorboard=true", "sinks.wandb=true", "run.num_seeds=2")
+    experiment.run(exp, tmp_path / "r", quiet=True)
+    records = [
+        json.loads(x) for x in (tmp_path / "r/metrics.jsonl").read_text().splitlines()
+    ]
+    expected = {(r["generation"], f"seed_{r['seed']}/best"): r["best"] for r in records}
+
+    (events,) = (tmp_path / "r/tensorboard").glob("events.out.tfevents.*")
+    scalars = {}
+    for data in _tfrecords(events):
+        event = event_pb2.Event()
+        event.ParseFromString(data)
+        for value in event.summary.value:
+            scalars[(event.step, value.tag)] = value.simple_value
+    got = {k: v for k, v in scalars.items() if k[1].endswith("/best")}
+    assert got.keys() == expected.keys()
+    for k, v in expected.items():
+        assert got[k] == pytest.approx(v, rel=1e-6), k
+
+    (run_file,) = (tmp_path / "r/wandb").glob("offline-run-*/run-*.wandb")
+    rows = _wandb_history(run_file)
+    assert [row["_step"] for row in rows] == list(range(6))
+    for row in rows:
+        for seed in (0, 1):
+            assert row[f"seed_{seed}/best"] == pytest.approx(
+                expected[(row["_step"], f"seed_{seed}/best")], rel=1e-6
+            )
+    assert not os.environ.get("WANDB_API_KEY")  # offline: no account needed

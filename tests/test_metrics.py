@@ -2,6 +2,7 @@ import io
 import json
 
 import numpy as np
+import pytest
 
 from eqxevo.metrics import MetricsLog, Progress, history_records
 
@@ -71,3 +72,83 @@ def test_progress_quiet_prints_nothing():
     with Progress(10, 100, stream=out, quiet=True) as progress:
         progress.update(history_records(chunk([0])))
     assert out.getvalue() == ""
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_eta_after_the_first_chunk_leaves_compilation_out(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr("eqxevo.metrics.time.perf_counter", clock)
+    out = io.StringIO()
+    with Progress(301, 1000, stream=out, every=1e9) as progress:
+        clock.now += 60.0  # compiling
+        progress.start_running()
+        clock.now += 44.0  # the first chunk: one generation of 44 s
+        progress.update(history_records(chunk([0])))
+        assert progress.seconds_per_generation == pytest.approx(44.0)
+        assert progress.eta == pytest.approx(300 * 44.0)
+        assert progress.agent_steps_per_second == pytest.approx(1000 / 44.0)
+        clock.now += 10.0  # 10 s into the next generation: eta counts down
+        assert progress.eta == pytest.approx(300 * 44.0 - 10.0)
+    text = out.getvalue()
+    assert (
+        "warning: long run. 44 s per generation here: the remaining 300 generations "
+        "take about 3.7 h." in text
+    )
+
+
+def test_short_runs_get_a_projection_without_a_warning(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr("eqxevo.metrics.time.perf_counter", clock)
+    out = io.StringIO()
+    with Progress(11, 10, stream=out, every=1e9) as progress:
+        progress.start_running()
+        clock.now += 2.0
+        progress.update(history_records(chunk([0])))
+    text = out.getvalue()
+    assert (
+        "2 s per generation here: the remaining 10 generations take about 20 s" in text
+    )
+    assert "warning" not in text
+
+
+def test_format_seconds_and_bytes():
+    from eqxevo.metrics import format_bytes, format_seconds
+
+    assert [format_seconds(s) for s in (0.123, 42, 450, 13320)] == [
+        "0.12 s",
+        "42 s",
+        "7.5 min",
+        "3.7 h",
+    ]
+    assert [format_bytes(b) for b in (512, 13752, 16.2e9)] == [
+        "512 B",
+        "13.8 kB",
+        "16.2 GB",
+    ]
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_live_bar_fits_the_terminal_width(monkeypatch):
+    import re
+
+    monkeypatch.setenv("COLUMNS", "150")
+    out = Terminal()
+    with Progress(10, 100, stream=out) as progress:
+        progress.start_running()
+        progress.update(history_records(chunk([0, 1, 2])))
+    visible = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    lines = [line for line in visible.replace("\r", "\n").splitlines() if line]
+    assert max(len(line) for line in lines) <= 150
+    final = [line for line in lines if re.search(r"gen +3/10", line)][-1]
+    assert "agent-steps/s" in final and "eta" in final  # not cut at 80 columns

@@ -1,4 +1,5 @@
 import jax.random as jr
+import numpy as np
 import pytest
 from test_metrics import chunk
 
@@ -6,7 +7,13 @@ from eqxevo import record
 from eqxevo.agents import BraitenbergAgent, ForagerAgent
 from eqxevo.envs import Chemotaxis, Foraging
 from eqxevo.metrics import history_records
-from eqxevo.plots import plot_fitness, render_policy, render_trajectory
+from eqxevo.plots import (
+    fitness_figure,
+    plot_fitness,
+    render_policy,
+    render_trajectory,
+    trajectory_figure,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ENV = Chemotaxis()
@@ -62,3 +69,56 @@ def test_plot_fitness_writes_a_png(tmp_path, seeds):
         history_records(chunk(list(range(6)), seeds)), tmp_path / "f.png"
     )
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _legend_texts(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_fitness_figure_has_labels_a_title_and_integer_ticks():
+    records = history_records(chunk(list(range(6))))
+    (ax,) = fitness_figure(records, title="run r: chemotaxis").axes
+    assert ax.get_xlabel() == "generation"
+    assert ax.get_ylabel() == "fitness (higher is better)"
+    assert ax.get_title() == "run r: chemotaxis"
+    assert _legend_texts(ax) == [
+        "best so far",
+        "best of the generation",
+        "population mean",
+    ]
+    ticks = ax.get_xticks()
+    assert np.all(ticks == np.round(ticks))  # whole generations only
+
+
+def test_fitness_band_across_seeds_is_a_95_percent_ci_and_says_so():
+    from scipy import stats
+
+    records = history_records(chunk(list(range(4)), seeds=3))
+    for r in records:  # seeds differ: 0, 1, 2 added to every value
+        r["best_so_far"] += r["seed"]
+    fig = fitness_figure(records)
+    (ax,) = fig.axes
+    texts = _legend_texts(ax)
+    assert "best so far (mean of 3 seeds)" in texts
+    assert texts[-1] == "band: 95% CI of the mean over 3 seeds (t)"
+    band = ax.collections[0].get_paths()[0].vertices
+    low, high = band[:, 1].min(), band[:, 1].max()
+    values = np.array([0.0, 1.0, 2.0])
+    half = stats.t.ppf(0.975, 2) * stats.sem(values)
+    # generation 0 has values 0, 1, 2 (mean 1); generation 3 has 3, 4, 5
+    assert low == pytest.approx(1.0 - half) and high == pytest.approx(4.0 + half)
+
+
+def test_trajectory_figure_labels_axes_colour_bars_and_markers(trajectory):
+    fig = trajectory_figure(trajectory, ENV, PARAMS, resolution=16)
+    panel, colourbar = fig.axes
+    assert panel.get_xlabel() == "x (arena units)"
+    assert panel.get_ylabel() == "y (arena units)"
+    assert colourbar.get_ylabel() == "concentration (field value)"
+    assert _legend_texts(panel) == [
+        "path (broken at episode ends)",
+        "start",
+        "end",
+        "sources/patches at the end",
+    ]
+    assert fig._suptitle.get_text().startswith("Chemotaxis: fitness ")

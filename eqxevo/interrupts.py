@@ -1,0 +1,152 @@
+"""Ctrl-C and SIGTERM for long runs: the first stops cleanly, the second at once.
+
+A Python signal handler that raises `KeyboardInterrupt` can fire while XLA
+compiles or runs a program (the handler runs whenever the main thread next
+touches the interpreter, including from inside jaxlib's callbacks into Python),
+and unwinding through XLA then crashes the process (segmentation faults and
+aborts were seen). `StopRequest` never raises from a handler. The signal is
+written to a wake-up file descriptor by CPython's C-level handler and read by a
+watcher thread, which runs even while the main thread is inside XLA (jaxlib
+releases the GIL while it compiles and waits):
+
+- first signal, nothing new to save (tracing, compiling, the first chunk
+  running): say so in one line and exit at once with 128 + signal (130 for
+  Ctrl-C, 143 for SIGTERM);
+- first signal with finished work: ask the run to stop after the chunk now
+  running (`requested` becomes True; `evolve`'s callback returns True), and the
+  run saves that chunk's checkpoint;
+- second signal: exit at once, naming the newest checkpoint that is complete.
+
+`os._exit` skips interpreter teardown, so a program still running on the device
+is simply dropped with the process, as with SIGKILL (which resumes cleanly).
+"""
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def exit_code(signum: int) -> int:
+    """The shell's exit status for a process ended by `signum` (130, 143)."""
+    return 128 + signum
+
+
+def _name(signum: int) -> str:
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+class StopRequest:
+    """Installs the SIGINT/SIGTERM handling described in the module docstring.
+
+    Arguments:
+        describe: `describe() -> str`, the one-line message printed when the
+            process exits at once: it names the newest complete checkpoint, or
+            says there is none. Called from the watcher thread.
+        stream: where messages go (default stderr).
+
+    Attributes:
+        requested: True once a first signal asked the run to stop after the
+            running chunk.
+        signum: the signal that asked.
+        work_done: set by the run after its first finished chunk: from then on a
+            first signal stops after a chunk instead of exiting at once.
+        lock: held by the run while it writes a chunk's results, so that an
+            exit never cuts a write short on the first signal.
+    """
+
+    def __init__(self, describe: Callable[[], str], stream: Any = None) -> None:
+        self.describe = describe
+        self.stream = stream
+        self.requested = False
+        self.signum: int | None = None
+        self.work_done = False
+        self.lock = threading.Lock()
+        self._count = 0
+        self._previous: dict[int, Any] = {}
+        self._wakeup: tuple[int, int] | None = None
+        self._old_wakeup = -1
+        self._installed = False
+
+    # -- messages and exits ---------------------------------------------------------
+
+    def _write(self, text: str) -> None:
+        stream = self.stream if self.stream is not None else sys.stderr
+        try:
+            if stream.isatty():
+                text = "\x1b[?25h\n" + text  # give the cursor back (rich hides it)
+            stream.write(text + "\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def _exit_now(self, signum: int) -> None:
+        self._write(self.describe())
+        os._exit(exit_code(signum))
+
+    def _on_signal(self, signum: int) -> None:
+        self._count += 1
+        if self._count > 1:
+            self._write(f"{_name(signum)} again: quitting at once.")
+            self._exit_now(signum)
+        with self.lock:
+            if not self.work_done:
+                self._exit_now(signum)
+            self.signum = signum
+            self.requested = True
+        self._write(
+            f"{_name(signum)}: stopping after the chunk of generations running now, "
+            "then saving a checkpoint (press Ctrl-C again to quit at once)."
+        )
+
+    # -- installation ---------------------------------------------------------------
+
+    def _watch(self, fd: int) -> None:
+        while True:
+            try:
+                data = os.read(fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            for byte in data:
+                if byte in SIGNALS:
+                    self._on_signal(byte)
+
+    def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is not threading.main_thread():
+            return self  # signals are only delivered to the main thread
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        self._wakeup = (read_fd, write_fd)
+        for signum in SIGNALS:
+            # The Python-level handler does nothing: the watcher thread acts, so
+            # nothing is ever raised into the main thread (or into XLA).
+            self._previous[signum] = signal.signal(signum, lambda s, f: None)
+        self._old_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        threading.Thread(
+            target=self._watch, args=(read_fd,), name="eqxevo-signals", daemon=True
+        ).start()
+        self._installed = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self._installed:
+            return
+        signal.set_wakeup_fd(self._old_wakeup)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        assert self._wakeup is not None
+        read_fd, write_fd = self._wakeup
+        os.close(write_fd)  # the watcher's read returns b"" and it ends
+        with contextlib.suppress(OSError):
+            os.close(read_fd)
+        self._installed = False
+
+
+__all__ = ["StopRequest", "exit_code"]
