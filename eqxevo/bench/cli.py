@@ -6,12 +6,13 @@
     eqxevo bench --only layouts             # network layout sweep (long)
     eqxevo bench --only traces              # trace dtype drift
     eqxevo bench --only breakdown           # where an L0 step's time goes
+    eqxevo bench --only gymnax              # 4 gymnax tasks vs evosax (30-60 min)
 
 Writes to `--out` (default `bench-out/`): `milestones.json`, `ratios.csv`,
 `cartpole.csv`, `scaling.csv` + `scaling.png`, `cache.json`, `layouts*.csv`,
-`traces.csv` (each `.csv` with a `.json` twin holding the machine info) and
-`report.md`: the ratio table against the targets, saying by how much a missed
-target is missed.
+`traces.csv`, `gymnax.csv` + `gymnax.md` (each `.csv` with a `.json` twin
+holding the machine info) and `report.md`: the ratio table against the
+targets, saying by how much a missed target is missed.
 """
 
 import argparse
@@ -29,6 +30,7 @@ PARTS = (
     "cache",
     "layouts",
     "traces",
+    "gymnax",
 )
 DEFAULT_PARTS = ("milestones", "breakdown", "cartpole", "scaling", "cache")
 
@@ -50,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
         choices=PARTS,
         help="run only these parts (repeatable); default: "
         + ", ".join(DEFAULT_PARTS)
-        + " (quick mode adds traces)",
+        + " (quick mode adds traces and gymnax)",
     )
     p.add_argument("--quick", action="store_true", help="CI smoke mode, small sizes")
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder")
@@ -85,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     from . import common
     from .report import write_report
 
-    parts = args.only or ((*DEFAULT_PARTS, "traces") if args.quick else DEFAULT_PARTS)
+    quick_parts = (*DEFAULT_PARTS, "traces", "gymnax")
+    parts = args.only or (quick_parts if args.quick else DEFAULT_PARTS)
     meta = common.machine_info()
     print(f"# eqxevo bench on {meta}", flush=True)
     out: Path = args.out
@@ -101,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         "cache": _cache,
         "layouts": _layouts,
         "traces": _traces,
+        "gymnax": _gymnax,
     }
     failed = []
     for part in PARTS:
@@ -332,6 +336,19 @@ def _traces(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
             ],
         )
     )
+    return records
+
+
+def _gymnax(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
+    from .common import write_records
+    from .gymnax_suite import gymnax_comparison, markdown, single_threaded_lapack
+
+    print("gymnax suite (eqxevo vs evosax GymnaxProblem)...", flush=True)
+    single_threaded_lapack()
+    records = gymnax_comparison(quick=args.quick, sharded=not args.quick)
+    write_records(args.out, "gymnax", meta, records)
+    (args.out / "gymnax.md").write_text(markdown(records))
+    print(markdown(records))
     return records
 
 
