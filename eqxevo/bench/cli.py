@@ -11,13 +11,13 @@
     eqxevo bench --only breakdown           # where an L0 step's time goes
     eqxevo bench --only pallas              # fused Pallas kernel vs XLA (GPU)
     eqxevo bench --only bits                # same bits across batch sizes, devices
+    eqxevo bench --only gymnax              # 4 gymnax tasks vs evosax (30-60 min)
 
 Writes to `--out` (default `bench-out/`): `milestones.json`, `ratios.csv`,
 `cartpole.csv`, `scaling.csv` + `scaling.png`, `cache.json`, `layouts*.csv`,
-`traces.csv`, `pallas.csv` (each `.csv` with a `.json` twin holding the machine
-info) and
-`report.md`: the ratio table against the targets, saying by how much a missed
-target is missed.
+`traces.csv`, `pallas.csv`, `bits.csv`, `gymnax.csv` + `gymnax.md` (each `.csv`
+with a `.json` twin holding the machine info) and `report.md`: the ratio table
+against the targets, saying by how much a missed target is missed.
 
 The harness's own process leaves JAX as it finds it (one CPU device): figures
 on several devices (`sharded`, CartPole, `devices`) and the compilation cache
@@ -46,6 +46,7 @@ PARTS = (
     "traces",
     "pallas",
     "bits",
+    "gymnax",
 )
 # "pallas" costs nothing without a GPU (one "not measured" row per point)
 DEFAULT_PARTS = ("milestones", "breakdown", "cartpole", "scaling", "cache", "pallas")
@@ -68,7 +69,7 @@ def parser() -> argparse.ArgumentParser:
         choices=PARTS,
         help="run only these parts (repeatable); default: "
         + ", ".join(DEFAULT_PARTS)
-        + " (quick mode adds traces)",
+        + " (quick mode adds traces and gymnax)",
     )
     p.add_argument("--quick", action="store_true", help="CI smoke mode, small sizes")
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder")
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     from .report import write_report
 
     parts = args.only or (
-        (*DEFAULT_PARTS, "traces", "bits") if args.quick else DEFAULT_PARTS
+        (*DEFAULT_PARTS, "traces", "bits", "gymnax") if args.quick else DEFAULT_PARTS
     )
     meta = common.machine_info()
     print(f"# eqxevo bench on {meta}", flush=True)
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         "traces": _traces,
         "pallas": _pallas,
         "bits": _bits,
+        "gymnax": _gymnax,
     }
     failed = []
     for part in PARTS:
@@ -422,61 +424,7 @@ def _traces(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
     return records
 
 
-def _bits(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
-    from .bits import run_bits
-    from .common import write_records
-
-    print("bits across batch sizes and device counts (subprocess)...", flush=True)
-    records = run_bits(args.quick)
-    for r in records:
-        gap = r["max_relative_fitness_gap"]
-        print(
-            f"  {r['milestone']} T={r['lifetime']:6d} {r['episodes']:10s} "
-            f"{r['variant']:13s} "
-            + ("identical" if not gap else f"fitness differs (relative {gap:.2g})")
-            + f"; differing leaves: {r['differing_leaves']}",
-            flush=True,
-        )
-    write_records(args.out, "bits", meta, records)
-    return records
-
-
-def _pallas(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
-    import jax.random as jr
-
-    from .common import table, write_records
-    from .fused import PALLAS_COLUMNS, pallas_comparison
-
-    print("pallas vs XLA layouts...", flush=True)
-
-    def log(r: dict[str, Any]) -> None:
-        head = (
-            f"  {r['model']:7s} N={r['num_neurons']:5d} K={r['fan_in']:3d} "
-            f"P={r['population_size']:5d} T={r['num_steps']:5d} "
-            f"plastic={r['plastic']!s:5} {r.get('trace_dtype') or '':8s} "
-            f"{r['layout']:8s}"
-        )
-        if "skipped" in r:
-            print(f"{head} {r['skipped']}", flush=True)
-        elif r["layout"] == "summary":
-            ratio = r["pallas_over_best_xla"]
-            print(
-                f"{head} pallas / best XLA ({r['best_xla']}) = "
-                + (f"{ratio:.3g}" if ratio is not None else "n/a")
-                + f", fitness |diff| <= {r['fitness_max_abs_diff']:.2g}",
-                flush=True,
-            )
-        else:
-            print(f"{head} {r['steps_per_s']:9.3g} agent-steps/s", flush=True)
-
-    records = pallas_comparison(
-        quick=args.quick, repeats=args.repeats, key=jr.key(0), log=log
+    parts = args.only or (
+        (*DEFAULT_PARTS, "traces", "bits", "gymnax") if args.quick else DEFAULT_PARTS
     )
-    write_records(args.out, "pallas", meta, records)
-    # per point its summary (GPU) or its "not measured" row; layouts skipped for size
-    rows = [r for r in records if r["layout"] == "summary" or "skipped" in r]
-    print(table(rows, PALLAS_COLUMNS))
-    return rows
-
-
 __all__ = ["main", "parser"]

@@ -7,7 +7,12 @@
 
 What the adapter does:
 
-- **Observations** are flattened to a float32 vector of size `obs_size`.
+- **Observations** are flattened to a float32 vector of size `obs_size`. With
+  `normalize_obs=True`, every dimension with finite bounds in the observation
+  space is mapped from `[low, high]` onto [-1, 1] (a fixed affine map, the same
+  in every episode; dimensions gymnax leaves unbounded, or bounds by a float's
+  largest value, pass through). MountainCarContinuous's velocity spans +-0.07:
+  unscaled, a network needs weights of ~100 to react to it.
 - **Actions**: a policy outputs `action_size` floats (conventionally in
   [-1, 1]). For a `Discrete(n)` action space `action_size = n` and the action
   is the argmax (the floats are logits or scores). For a `Box` space the floats
@@ -75,6 +80,32 @@ def _strong(tree: Any) -> Any:
     return jtu.tree_map(convert, tree)
 
 
+_UNBOUNDED = 1e6
+"""An observation bound this large is no bound (gymnax writes float32's largest
+value for CartPole's velocities)."""
+
+
+def _obs_affine(space: Any, size: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """`(center, 1 / half-width)` per observation dimension; `(0, 1)` if unbounded."""
+    low = getattr(space, "low", None)
+    high = getattr(space, "high", None)
+    if low is None or high is None:
+        return (0.0,) * size, (1.0,) * size
+    low = np.broadcast_to(np.asarray(low, np.float64), (size,))
+    high = np.broadcast_to(np.asarray(high, np.float64), (size,))
+    with np.errstate(invalid="ignore", over="ignore"):
+        bounded = (
+            np.isfinite(low)
+            & np.isfinite(high)
+            & (np.abs(low) < _UNBOUNDED)
+            & (np.abs(high) < _UNBOUNDED)
+            & (high > low)
+        )
+        center = np.where(bounded, (high + low) / 2, 0.0)
+        scale = np.where(bounded, 2 / np.where(bounded, high - low, 1.0), 1.0)
+    return tuple(float(x) for x in center), tuple(float(x) for x in scale)
+
+
 def _standard_promotion(fn: Any) -> Any:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -89,10 +120,12 @@ class GymnaxEnv(AbstractEnv):
 
     Arguments:
         name: a gymnax registered name, e.g. "CartPole-v1", "Pendulum-v1".
+        normalize_obs: map each bounded observation dimension onto [-1, 1].
 
     Example:
         >>> env = GymnaxEnv("CartPole-v1")
         >>> obs, state = env.reset(jr.key(0), env.default_params())
+        >>> env = GymnaxEnv("MountainCarContinuous-v0", normalize_obs=True)
     """
 
     name: str = eqx.field(static=True)
@@ -103,14 +136,22 @@ class GymnaxEnv(AbstractEnv):
     action_dtype: str = eqx.field(static=True)
     low: tuple[float, ...] = eqx.field(static=True)
     high: tuple[float, ...] = eqx.field(static=True)
+    normalize_obs: bool = eqx.field(static=True)
+    obs_center: tuple[float, ...] = eqx.field(static=True)
+    obs_scale: tuple[float, ...] = eqx.field(static=True)
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, normalize_obs: bool = False):
         if not isinstance(name, str):
             raise TypeError(f"name must be a gymnax environment name; got {name!r}")
+        if not isinstance(normalize_obs, bool):
+            raise TypeError(f"normalize_obs must be a bool; got {normalize_obs!r}")
         env, params = _make(name)
         self.name = name
-        obs_shape = env.observation_space(params).shape
+        obs_space = env.observation_space(params)
+        obs_shape = obs_space.shape
         self.obs_size = math.prod(obs_shape) if obs_shape else 1
+        self.normalize_obs = normalize_obs
+        self.obs_center, self.obs_scale = _obs_affine(obs_space, self.obs_size)
         space = env.action_space(params)
         self.action_shape = tuple(int(n) for n in space.shape)
         self.action_dtype = np.dtype(space.dtype).name
@@ -140,6 +181,14 @@ class GymnaxEnv(AbstractEnv):
     def default_params(self) -> Any:
         return _strong(_make(self.name)[1])
 
+    def _observe(self, obs: Array) -> Float[Array, " obs"]:
+        flat = jnp.ravel(obs).astype(jnp.float32)
+        if not self.normalize_obs:
+            return flat
+        center = np.asarray(self.obs_center, np.float32)
+        scale = np.asarray(self.obs_scale, np.float32)
+        return (flat - center) * scale
+
     def _action(self, action: Float[Array, " action"]) -> Array:
         if self.discrete:
             return jnp.argmax(action).astype(self.action_dtype)
@@ -156,7 +205,7 @@ class GymnaxEnv(AbstractEnv):
     @_standard_promotion
     def reset(self, key: PRNGKey, params: Any) -> tuple[Float[Array, " obs"], Any]:
         obs, state = self.gymnax_env.reset_env(key, params)
-        return jnp.ravel(obs).astype(jnp.float32), _strong(state)
+        return self._observe(obs), _strong(state)
 
     @_standard_promotion
     def step(
@@ -183,7 +232,7 @@ class GymnaxEnv(AbstractEnv):
             "truncated": truncated.astype(jnp.float32),
         }
         return (
-            jnp.ravel(obs).astype(jnp.float32),
+            self._observe(obs),
             _strong(state),
             jnp.asarray(reward, jnp.float32),
             terminated | truncated,
