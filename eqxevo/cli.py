@@ -395,5 +395,9 @@ def bench(ctx: click.Context) -> None:
     sys.exit(bench_main(list(ctx.args)))
 
 
+from .study.cli import study as _study  # noqa: E402  (`eqxevo study ...`)
+
+main.add_command(_study)
+
 if __name__ == "__main__":
     main()

@@ -481,7 +481,8 @@ def evolve(
     """Run `num_generations` generations of `strategy` on `fitness_fn`, on device.
 
     Arguments:
-        key: the run's key (see the module docstring for the schedule).
+        key: the run's key (see the module docstring for the schedule); R keys
+            with `runs=R`.
         strategy: an `eqxevo.Strategy`.
         fitness_fn: `fitness_fn(genome, key) -> scalar | (scalar, aux)`, or an
             `eqxevo.MultiFidelity` (a cheap proxy for all, full evaluation for

@@ -89,6 +89,8 @@ def rate_policy_step(p, obs, s):
             m = rate[p["modulator"]]
             w = three_factor(w, trace, m, p["learning_rate"], p["bounds"], p["mask"])
         out |= {"weights": w, "trace": trace}
+        if "baseline" in s:  # the reward baseline changes only in `reinforce`
+            out["baseline"] = s["baseline"]
     return rate[list(p["output_ids"])], out
 
 
@@ -148,12 +150,25 @@ def spiking_policy_step(p, obs, s):
             "pre_trace": math.exp(-dt / p["tau_plus"]) * s["pre_trace"] + spikes,
             "post_trace": math.exp(-dt / p["tau_minus"]) * s["post_trace"] + spikes,
         }
+    if "baseline" in s:  # the reward baseline changes only in `reinforce`
+        out["baseline"] = s["baseline"]
     return action, out
 
 
-def reinforce(p, s, reward):
-    """Reward-modulated update (no baseline): w <- clip(w + eta r e)."""
+def reinforce(p, s, reward, seen):
+    """Reward-modulated update: w <- clip(w + eta m e) with the bounded reward
+    prediction error m = clip(r) - E[clip(r)] (`p["reward_bound"]`,
+    `p["baseline_decay"]`; either None switches its part off). E is the running
+    average, bias-corrected by the `seen` rewards before this one."""
+    bound, beta = p.get("reward_bound"), p.get("baseline_decay")
+    r = reward if bound is None else float(np.clip(reward, -bound, bound))
+    baseline = s.get("baseline", 0.0)
+    expected = baseline / (1.0 - beta**seen) if beta is not None and seen else r
+    m = r if beta is None else r - expected
     w = three_factor(
-        s["weights"], s["trace"], reward, p["learning_rate"], p["bounds"], p["mask"]
+        s["weights"], s["trace"], m, p["learning_rate"], p["bounds"], p["mask"]
     )
-    return s | {"weights": w}
+    out = s | {"weights": w}
+    if beta is not None:
+        out["baseline"] = beta * baseline + (1.0 - beta) * r
+    return out

@@ -17,7 +17,7 @@ from eqxevo.nets import (
     three_factor_update,
     update_trace,
 )
-from eqxevo.nets.plasticity import random_bits
+from eqxevo.nets.plasticity import random_bits, reward_modulation
 
 E = 64
 rngs = st.integers(0, 2**16).map(lambda s: np.random.default_rng(s))
@@ -182,3 +182,76 @@ def test_rule_coefficients_are_evolvable_leaves():
     assert len(leaves) == 5  # A, B, C, D, learning rate
     leaves = jax.tree.leaves(eqx.filter(STDPRule(), eqx.is_inexact_array))
     assert len(leaves) == 3  # a_plus, a_minus, learning rate
+
+
+@given(
+    rewards=st.lists(
+        st.one_of(st.floats(-1e3, 1e3, width=32), st.sampled_from([-100.0, 1.0])),
+        min_size=1,
+        max_size=40,
+    ),
+    beta=st.one_of(st.none(), st.floats(0.0, 0.999)),
+    bound=st.one_of(st.none(), st.floats(0.1, 10.0)),
+)
+def test_reward_modulation_is_the_bounded_prediction_error_of_the_reference(
+    rewards, beta, bound
+):
+    rule = HebbianRule(baseline_decay=beta, reward_bound=bound)
+    step = jax.jit(lambda r, b, n: reward_modulation(rule, r, b, n))
+    baseline, got_baseline = 0.0, jnp.float32(0.0)
+    for seen, reward in enumerate(rewards):
+        r = reward if bound is None else float(np.clip(reward, -bound, bound))
+        if beta is None:
+            want = r
+        else:
+            want = r - (baseline / (1 - beta**seen) if seen else r)
+            baseline = beta * baseline + (1 - beta) * r
+        got, got_baseline = step(jnp.float32(reward), got_baseline, jnp.uint32(seen))
+        scale = 1.0 if bound is None else bound
+        np.testing.assert_allclose(float(got), want, rtol=1e-4, atol=1e-4 * scale)
+        if bound is not None:
+            assert abs(float(got)) <= 2 * bound * (1 + 1e-5)
+    np.testing.assert_allclose(float(got_baseline), baseline, rtol=1e-4, atol=1e-3)
+
+
+def test_rules_default_to_a_bounded_reward_prediction_error():
+    for rule in (HebbianRule(), STDPRule()):
+        assert rule.baseline_decay == 0.99 and rule.reward_bound == 1.0
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan")])
+def test_bad_reward_bound_raises_a_clear_error(bad):
+    with pytest.raises(ValueError, match="reward_bound must be None or a finite"):
+        HebbianRule(reward_bound=bad)
+
+
+def _fraction_at_bound(rule: HebbianRule, reward: float, steps: int = 2000) -> float:
+    """Drive a plastic rate network with noisy input and a constant reward."""
+    topology = Topology.fixed_fan_in(32, 4, key=jax.random.key(0))
+    policy = SparseRatePolicy(4, 2, topology, plasticity=rule, key=jax.random.key(1))
+
+    @jax.jit
+    def lifetime(state):
+        def step(state, t):
+            obs = jax.random.normal(jax.random.fold_in(jax.random.key(2), t), (4,))
+            _, state = policy(obs, state)
+            return policy.reinforce(jnp.float32(reward), state), None
+
+        return jax.lax.scan(step, state, jnp.arange(steps))[0]
+
+    weights = lifetime(policy.initial_state(jax.random.key(3))).plastic.weights
+    edges = np.asarray(policy.layout.edge_values(weights))[np.asarray(topology.mask)]
+    lo, hi = rule.weight_bounds
+    return float(np.mean((edges <= lo) | (edges >= hi)))
+
+
+def test_a_constant_reward_does_not_drive_plastic_weights_to_their_bound():
+    # The L4 finding (docs/studies.md) in miniature: with m = r a reward of
+    # constant sign makes the three-factor rule plain Hebbian learning, which
+    # runs every weight into the bound; the prediction error m = r - baseline
+    # vanishes when nothing better or worse than expected happens.
+    old = HebbianRule(learning_rate=0.01, baseline_decay=None, reward_bound=None)
+    assert _fraction_at_bound(old, 0.5) > 0.9
+    assert _fraction_at_bound(HebbianRule(learning_rate=0.01), 0.5) == 0.0
+    # and a penalty of -100 (an L4 death) is felt as -1, not as -100
+    assert _fraction_at_bound(HebbianRule(learning_rate=0.01), -100.0) == 0.0

@@ -91,6 +91,8 @@ def _params(policy) -> dict:
             "bounds": rule.weight_bounds,
             "modulation": rule.modulation,
             "modulator": rule.modulator,
+            "baseline_decay": rule.baseline_decay,
+            "reward_bound": rule.reward_bound,
         }
         if isinstance(rule, HebbianRule):
             p |= {k: float(getattr(rule, k)) for k in "abcd"} | {
@@ -120,6 +122,7 @@ def _state(policy, state) -> dict:
         s["trace"] = np.asarray(
             to_edges(state.plastic.trace.astype(jnp.float32)), np.float64
         )
+        s["baseline"] = float(state.plastic.baseline)
     return s
 
 
@@ -151,7 +154,7 @@ def test_policy_step_equals_the_numpy_reference(kind, layout, plasticity):
         ref_step = ref.rate_policy_step if kind == "rate" else ref.spiking_policy_step
         want_action, want = ref_step(p, np.asarray(obs, np.float64), before)
         if plasticity == "reward":
-            want = ref.reinforce(p, want, float(reward))
+            want = ref.reinforce(p, want, float(reward), seen=t)
         action, state = _step(policy, obs, state, reward)
         got = _state(policy, state)
         np.testing.assert_allclose(np.asarray(action), want_action, **TOL)

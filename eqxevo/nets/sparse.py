@@ -246,7 +246,10 @@ def _reinforce(
 
 def _reinforce_trailing(layout: AbstractLayout, data: Any) -> PlasticState:
     rule, reward, plastic = data
-    modulation, baseline = reward_modulation(rule, reward, plastic.baseline)
+    # `reinforce` follows the step that advanced `plastic.step`: the rewards
+    # before this one number step - 1.
+    seen = jnp.maximum(plastic.step.astype(jnp.float32) - 1.0, 0.0)
+    modulation, baseline = reward_modulation(rule, reward, plastic.baseline, seen)
     weights = three_factor_update(
         plastic.weights,
         plastic.trace,

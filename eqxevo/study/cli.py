@@ -1,0 +1,211 @@
+"""`eqxevo study plan | run | status | report`."""
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _fail(err: Exception) -> None:
+    raise click.ClickException(str(err)) from err
+
+
+def _load(file: str) -> Any:
+    from .spec import StudyError, load
+
+    try:
+        return load(file)
+    except StudyError as err:
+        _fail(err)
+
+
+def _out(study: Any, out: str | None) -> Path:
+    return Path(out) if out is not None else Path("studies") / study.name
+
+
+@click.group(context_settings=CONTEXT)
+def study() -> None:
+    """Studies: seeds x axes x arms of one experiment, as one command.
+
+    \b
+    A study file is an experiment TOML plus a [study] table (see docs/studies.md):
+      [study]
+      name = "plasticity"
+      seeds = 5
+      [study.axes]
+      "env.params.sensor_noise" = [0.05, 0.3]
+      [[study.arms]]
+      name = "no-plasticity"
+      "net.options.plasticity" = false
+
+    \b
+    Examples:
+      eqxevo study plan examples/studies/l4_plasticity.toml
+      eqxevo study run examples/studies/l4_plasticity.toml --out studies/l4
+      eqxevo study status studies/l4 --json
+      eqxevo study report studies/l4
+    """
+
+
+@study.command(context_settings=CONTEXT)
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    help="Output folder, to report runs done (default: studies/<name>).",
+)
+@click.option(
+    "--measure",
+    is_flag=True,
+    help="Compile each program and time two generations of one run, for a time "
+    "estimate (costs one compilation per program).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def plan(file: str, out: str | None, measure: bool, as_json: bool) -> None:
+    """Show FILE's cells, runs, how they group into compiled programs, and an
+    estimate of memory and time. Builds every run (so every error shows), runs
+    nothing unless --measure.
+
+    \b
+    Example:
+      eqxevo study plan examples/studies/l4_plasticity.toml --measure
+    """
+    from .estimate import describe_plan
+    from .spec import StudyError
+
+    spec = _load(file)
+    try:
+        text, data = describe_plan(spec, _out(spec, out), measure=measure)
+    except StudyError as err:
+        _fail(err)
+        return
+    click.echo(json.dumps(data, indent=2) if as_json else text)
+
+
+@study.command(context_settings=CONTEXT)
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    help="Output folder (default: studies/<name>).",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "slurm", "submitit-local"]),
+    default="local",
+    show_default=True,
+    help="local: every program in this process. slurm: one SLURM job per "
+    "program, as a job array through submitit ([study.slurm] sets resources). "
+    "submitit-local: the same jobs as subprocesses on this machine.",
+)
+@click.option("--quiet", is_flag=True, help="No progress output.")
+def run(file: str, out: str | None, executor: str, quiet: bool) -> None:
+    """Run every unfinished run of FILE; a directory per run under OUT/runs/.
+
+    Running the same command again continues a study that was stopped (Ctrl-C,
+    SIGTERM, a kill, a pre-empted job) with the same results, and does nothing
+    for a finished one.
+
+    \b
+    Examples:
+      eqxevo study run examples/studies/l4_plasticity.toml
+      eqxevo study run study.toml --out /scratch/me/study --executor slurm
+    """
+    from ..checkpoint import CheckpointError
+    from ..cli import _sigterm_as_interrupt
+    from .executor import (
+        LocalExecutor,
+        SubmititExecutor,
+        run_study,
+        use_compilation_cache,
+    )
+    from .spec import StudyError
+
+    spec = _load(file)
+    path = _out(spec, out)
+    chosen: Any = LocalExecutor()
+    if executor != "local":
+        cluster = "slurm" if executor == "slurm" else "local"
+        chosen = SubmititExecutor(cluster, spec.slurm)
+    _sigterm_as_interrupt()
+    use_compilation_cache(path)
+    try:
+        result = run_study(spec, path, chosen, quiet=quiet)
+    except KeyboardInterrupt:
+        click.echo(
+            f"\ninterrupted; every run keeps its last chunk. Continue with the same "
+            f"command (eqxevo study run {file} --out {path}).",
+            err=True,
+        )
+        sys.exit(130)
+    except (StudyError, CheckpointError) as err:
+        _fail(err)
+        return
+    click.echo(
+        f"{result['done']}/{result['runs']} runs complete in {path}; "
+        f"report: eqxevo study report {path}"
+    )
+
+
+@study.command(context_settings=CONTEXT)
+@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def status(out: str, as_json: bool) -> None:
+    """Where the study in OUT stands: cells, runs, runs done, compiled programs.
+
+    \b
+    Example:
+      eqxevo study status studies/l4-plasticity --json
+    """
+    from .spec import StudyError
+    from .status import status as study_status
+
+    try:
+        result = study_status(out)
+    except StudyError as err:
+        _fail(err)
+        return
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    generations = result["generations"]
+    click.echo(
+        f"study {result['study']}: {result['cells']} cells, {result['runs']} runs, "
+        f"{result['done']} done, {result['programs']} programs; generations "
+        f"{generations['done']}/{generations['total']}"
+    )
+    for cell in result["per_cell"]:
+        click.echo(f"  {cell['cell']}: {cell['done']}/{cell['runs']}")
+
+
+@study.command(context_settings=CONTEXT)
+@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--to",
+    type=click.Path(file_okay=False),
+    help="Folder for the report (default: OUT/report).",
+)
+def report(out: str, to: str | None) -> None:
+    """Write the report of the study in OUT: cells.csv, summary.csv,
+    comparisons.csv, figures and report.md.
+
+    \b
+    Example:
+      eqxevo study report studies/l4-plasticity
+    """
+    from .report import write_report
+    from .spec import StudyError
+
+    try:
+        path = write_report(out, to)
+    except StudyError as err:
+        _fail(err)
+        return
+    click.echo(str(path))
+
+
+__all__ = ["study"]

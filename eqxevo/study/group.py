@@ -1,0 +1,193 @@
+"""Grouping a study's runs into compiled programs.
+
+Runs whose strategies and fitness functions differ only in array values (seeds,
+environment params, initial genomes and topologies, array-valued strategy
+params) share one program: `eqxevo.stack_runs` stacks them and one
+`evolve(..., runs=R)` runs them, one after another inside the program, each
+bit-identical to a run of its own. `stack_runs` raising is the test for "needs
+a program of its own" (another network size, algorithm, lifetime ...). Runs
+must also agree on what `evolve` itself takes (generations, chunk size,
+non-finite policy, episodes).
+
+Numbers in `strategy.params` become arrays (float32, int32) before a run is
+built, whether the run is grouped or alone, so that a strategy-parameter axis
+does not split programs and a cell's bits do not depend on its neighbours.
+(`eqxevo run` keeps them Python numbers, constants of the program: the same
+config may differ from a study's run in the last bits.)
+"""
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..config import ConfigError, Experiment
+from ..evolve import stack_runs
+from ..experiment import Built, build
+from .spec import Run, Study, StudyError
+
+
+def traced(experiment: Experiment) -> Experiment:
+    """The experiment with numbers in `strategy.params` as arrays (see above)."""
+
+    def array(value: Any) -> Any:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int):
+            return jnp.asarray(value, jnp.int32)
+        if isinstance(value, float):
+            return jnp.asarray(value, jnp.float32)
+        return value
+
+    params = {k: array(v) for k, v in experiment.strategy.params.items()}
+    strategy = dataclasses.replace(experiment.strategy, params=params)
+    return dataclasses.replace(experiment, strategy=strategy)
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """A run and its built objects (strategy, fitness, key)."""
+
+    run: Run
+    built: Built
+
+
+def build_run(run: Run) -> Member:
+    """Build a run's environment, genome, strategy and fitness.
+
+    Raises:
+        StudyError: the run's experiment fails to build; names the cell and seed.
+    """
+    try:
+        built = build(traced(run.experiment))
+    except ConfigError as err:
+        raise StudyError(f"cell {run.cell.name!r} (seed {run.seed}): {err}") from err
+    return Member(run, built)
+
+
+def evolve_settings(experiment: Experiment) -> tuple[Any, ...]:
+    """What `evolve` itself takes: runs of one program must agree on it."""
+    run = experiment.run
+    return (run.generations, run.chunk_size, run.on_nonfinite, run.episodes)
+
+
+def _compatible(a: Member, b: Member) -> bool:
+    if evolve_settings(a.run.experiment) != evolve_settings(b.run.experiment):
+        return False
+    try:
+        stack_runs([a.built.strategy, b.built.strategy])
+        stack_runs([a.built.fitness, b.built.fitness])
+    except ValueError:
+        return False
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """Runs that one compiled program runs (one `evolve(..., runs=R)` call).
+
+    Attributes:
+        index: position in the study's plan.
+        members: the runs, in study order.
+    """
+
+    index: int
+    members: tuple[Member, ...]
+
+    @property
+    def runs(self) -> tuple[Run, ...]:
+        return tuple(m.run for m in self.members)
+
+    @property
+    def cells(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(m.run.cell.name for m in self.members))
+
+    @property
+    def experiment(self) -> Experiment:
+        """The first run's experiment (every run shares sizes and settings)."""
+        return self.members[0].run.experiment
+
+    @property
+    def agent_steps(self) -> int:
+        """Environment steps the whole program takes (every run, every genome)."""
+        return sum(
+            m.built.strategy.population_size
+            * m.run.experiment.run.lifetime
+            * m.run.experiment.run.generations
+            for m in self.members
+        )
+
+    def stacked(self) -> tuple[jax.Array, Any, Any]:
+        """`(keys, strategy, fitness)` for `evolve(..., runs=R)`."""
+        keys = jnp.stack([m.built.key for m in self.members])
+        strategy = stack_runs([m.built.strategy for m in self.members])
+        fitness = stack_runs([m.built.fitness for m in self.members])
+        return keys, strategy, fitness
+
+    def memory_bytes(self) -> int:
+        """Estimated device memory: R strategy states plus one generation's P
+        lifetime states and genomes (XLA's temporaries not counted)."""
+        built = self.members[0].built
+
+        def lifetime_state(key: jax.Array) -> Any:
+            reset_key, policy_key = jax.random.split(key)
+            return (
+                built.genome.initial_state(policy_key),
+                built.env.reset(reset_key, built.env_params),
+            )
+
+        def nbytes(tree: Any) -> int:
+            return sum(
+                int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
+                for x in jax.tree.leaves(tree)
+            )
+
+        state = jax.eval_shape(built.initial_state)
+        lifetime = jax.eval_shape(lifetime_state, jax.random.key(0))
+        population = built.strategy.population_size
+        genome = built.strategy.num_params * 4
+        return len(self.members) * nbytes(state) + population * (
+            nbytes(lifetime) + genome
+        )
+
+
+def group(members: Sequence[Member], max_runs: int | None = None) -> list[Program]:
+    """Gather runs into as few programs as their shapes allow, in study order.
+
+    Arguments:
+        members: built runs.
+        max_runs: split groups larger than this (None: no limit).
+    """
+    groups: list[list[Member]] = []
+    for member in members:
+        for g in groups:
+            if (max_runs is None or len(g) < max_runs) and _compatible(g[0], member):
+                g.append(member)
+                break
+        else:
+            groups.append([member])
+    return [Program(i, tuple(g)) for i, g in enumerate(groups)]
+
+
+def plan(study: Study, runs: Sequence[Run] | None = None) -> list[Program]:
+    """Build every run of the study (or `runs`) and group them into programs.
+
+    Raises:
+        StudyError: a run fails to build (before anything runs).
+    """
+    members = [build_run(run) for run in (study.runs if runs is None else runs)]
+    return group(members, study.max_runs_per_program)
+
+
+__all__ = [
+    "Member",
+    "Program",
+    "build_run",
+    "evolve_settings",
+    "group",
+    "plan",
+    "traced",
+]

@@ -1,0 +1,163 @@
+"""A study's figures, labelled for a paper: learning curves with CI bands, final
+fitness per cell, a performance profile.
+
+Each function draws on matplotlib's Agg canvas (no pyplot, no backend change),
+writes a PNG when given a path, and returns the `Figure` (tests read its
+labels and artists).
+"""
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _figure(width: float = 7.5, height: float = 4.5, ncols: int = 1) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=120)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(1, ncols, squeeze=False)[0]
+
+
+def _save(fig: Any, path: str | Path | None) -> Any:
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(Path(path))
+    return fig
+
+
+def learning_curves(
+    bands: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    seeds: int,
+    path: str | Path | None = None,
+    *,
+    ylabel: str = "population mean fitness",
+) -> Any:
+    """One line per cell: the mean over seeds per generation, shaded by its 95%
+    bootstrap CI.
+
+    Arguments:
+        bands: `{cell: (mean, ci_low, ci_high)}`, each `(generations,)`.
+        seeds: seeds per cell (for the legend).
+        path: PNG to write (None: only return the figure).
+    """
+    fig, (ax,) = _figure()
+    for cell, (mean, low, high) in bands.items():
+        x = np.arange(mean.size)
+        (line,) = ax.plot(x, mean, lw=1.6, label=cell)
+        if np.isfinite(low).any():
+            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
+    ax.set_xlabel("generation")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{ylabel.capitalize()} per generation")
+    ax.grid(alpha=0.3)
+    ax.legend(
+        title=f"mean ± 95% CI over {seeds} seeds",
+        fontsize=8,
+        title_fontsize=8,
+        loc="best",
+    )
+    return _save(fig, path)
+
+
+def final_fitness(
+    cells: Any,
+    summary: Any,
+    metrics: Sequence[tuple[str, str]],
+    path: str | Path | None = None,
+) -> Any:
+    """One panel per metric: every run as a dot, and per cell the mean with its
+    95% bootstrap CI.
+
+    Arguments:
+        cells: the cells table (one row per complete run).
+        summary: the summary table (one row per cell).
+        metrics: `(column, label)` pairs, one panel each.
+        path: PNG to write (None: only return the figure).
+    """
+    names = list(summary["cell"])
+    fig, axes = _figure(
+        max(4.0, 1.2 * len(names) + 2.0) * len(metrics), 4.5, len(metrics)
+    )
+    rng = np.random.default_rng(0)  # horizontal jitter of the dots only
+    for ax, (metric, label) in zip(axes, metrics, strict=True):
+        for i, cell in enumerate(names):
+            values = cells.loc[cells["cell"] == cell, metric].dropna().to_numpy()
+            ax.scatter(
+                i + rng.uniform(-0.12, 0.12, values.size),
+                values,
+                s=14,
+                color="0.45",
+                zorder=2,
+                label="one run" if i == 0 else None,
+            )
+        row = summary.set_index("cell").loc[names]
+        mean = row[f"{metric}_mean"].to_numpy(np.float64)
+        low = row[f"{metric}_ci_low"].to_numpy(np.float64)
+        high = row[f"{metric}_ci_high"].to_numpy(np.float64)
+        ax.errorbar(
+            np.arange(len(names)),
+            mean,
+            yerr=np.stack([mean - low, high - mean]),
+            fmt="o",
+            color="tab:red",
+            capsize=5,
+            zorder=3,
+            label="mean, 95% bootstrap CI",
+        )
+        ax.set_xticks(np.arange(len(names)), names, rotation=20, ha="right")
+        ax.set_xlabel("cell")
+        ax.set_ylabel(label)
+        ax.set_title(f"{label.capitalize()} per cell")
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def performance_profile(
+    cells: Any,
+    metric: str,
+    label: str,
+    path: str | Path | None = None,
+    *,
+    reps: int = 2000,
+) -> Any:
+    """Fraction of each cell's runs scoring above tau (rliable's performance
+    profile), shaded by its 95% stratified-bootstrap CI."""
+    from rliable import library
+
+    scores = {
+        cell: group[metric].dropna().to_numpy(np.float64)[:, None]
+        for cell, group in cells.groupby("cell", sort=False)
+    }
+    scores = {k: v for k, v in scores.items() if v.size}
+    fig, (ax,) = _figure()
+    if scores:
+        everything = np.concatenate([v.ravel() for v in scores.values()])
+        span = max(float(np.ptp(everything)), 1e-9)
+        taus = np.linspace(
+            everything.min() - 0.05 * span, everything.max() + 0.05 * span, 101
+        )
+        profiles, cis = library.create_performance_profile(scores, taus, reps=reps)
+        for cell, profile in profiles.items():
+            (line,) = ax.plot(taus, profile, lw=1.6, label=cell)
+            ax.fill_between(
+                taus,
+                cis[cell][0],
+                cis[cell][1],
+                color=line.get_color(),
+                alpha=0.2,
+                lw=0,
+            )
+    ax.set_xlabel(f"{label} (τ)")
+    ax.set_ylabel("fraction of runs with score > τ")
+    ax.set_title(f"Performance profile: {label}")
+    ax.grid(alpha=0.3)
+    ax.legend(title="95% stratified-bootstrap CI", fontsize=8, title_fontsize=8)
+    return _save(fig, path)
+
+
+__all__ = ["final_fitness", "learning_curves", "performance_profile"]

@@ -1,0 +1,72 @@
+"""Where a study stands: cells, runs, runs done, programs, generations.
+
+Read from the output folder alone (study.json, plan.json, the run
+directories), without building or compiling anything.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from .runner import load_plan, load_study, read_summary, run_dir
+from .spec import Run, Study
+
+
+def _generations(path: Path) -> int:
+    """Generations a run has recorded (lines of its metrics.jsonl)."""
+    metrics = path / "metrics.jsonl"
+    if not metrics.exists():
+        return 0
+    with metrics.open("rb") as f:
+        return sum(1 for line in f if line.endswith(b"\n"))
+
+
+def _progress(out: str | Path, run: Run) -> tuple[bool, int]:
+    """`(complete, generations recorded)` of one run."""
+    path = run_dir(out, run)
+    summary = read_summary(path)
+    total = run.experiment.run.generations
+    if summary.get("complete") and summary.get("generations") == total:
+        return True, total
+    return False, min(_generations(path), total)
+
+
+def progress_of(study: Study, out: str | Path) -> tuple[int, int]:
+    """`(runs complete, run-generations recorded)` of the study in `out`."""
+    progress = [_progress(out, run) for run in study.runs]
+    return sum(done for done, _ in progress), sum(n for _, n in progress)
+
+
+def status(out: str | Path) -> dict[str, Any]:
+    """The study in `out` as one JSON-ready dict.
+
+    Keys: `study`, `cells`, `runs`, `done` (runs complete), `programs`
+    (compiled programs in the plan), `generations` (`done`/`total`
+    run-generations), and `per_cell` (`cell`, `runs`, `done` for each).
+
+    Raises:
+        StudyError: `out` holds no study.
+    """
+    study = load_study(out)
+    plan = load_plan(out)
+    progress = {run.id: _progress(out, run) for run in study.runs}
+    per_cell = []
+    for cell in study.cells:
+        runs = [r for r in study.runs if r.cell.name == cell.name]
+        done = sum(progress[r.id][0] for r in runs)
+        per_cell.append({"cell": cell.name, "runs": len(runs), "done": done})
+    return {
+        "study": study.name,
+        "out": str(out),
+        "cells": len(study.cells),
+        "runs": len(study.runs),
+        "done": sum(done for done, _ in progress.values()),
+        "programs": len(plan["programs"]) if plan else None,
+        "generations": {
+            "done": sum(n for _, n in progress.values()),
+            "total": sum(r.experiment.run.generations for r in study.runs),
+        },
+        "per_cell": per_cell,
+    }
+
+
+__all__ = ["progress_of", "status"]

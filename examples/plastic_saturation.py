@@ -1,0 +1,117 @@
+"""How many plastic weights sit at their bound during a long L4 lifetime?
+
+Runs the L4 example's plastic network (examples/l4_long_horizon.toml) for one
+lifetime of `--steps` steps, for the initial genome and genomes drawn around it
+(SNES's first population), under a reward-modulation setting, and prints the
+fraction of plastic weights at the +-2 bound (time-averaged over the lifetime,
+and at its end), the mean |m| and the deaths. docs/studies.md has the table.
+
+    python examples/plastic_saturation.py --steps 100000
+    python examples/plastic_saturation.py --steps 100000 --old   # m = raw reward
+"""
+
+import argparse
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+
+from eqxevo import config, experiment
+
+
+def lifetime(policy, env, params, key, steps, every=100):
+    """Run one lifetime; sample the weights every `every` steps."""
+    lo, hi = policy.rule.weight_bounds
+    mask = policy.layout.native_mask()
+    reset_key, policy_key, run_key = jr.split(key, 3)
+    obs, env_state = env.reset(reset_key, params)
+    state = policy.initial_state(policy_key)
+
+    def at_bound(state):
+        w = state.plastic.weights
+        hit = ((w <= lo) | (w >= hi)) & mask
+        return hit.sum() / mask.sum()
+
+    def step(carry, t):
+        obs, env_state, state = carry
+        action, state = policy(obs, state)
+        obs, env_state, reward, _, info = env.step(
+            jr.fold_in(run_key, t), env_state, action, params
+        )
+        state = policy.reinforce(reward, state)
+        return (obs, env_state, state), (
+            jnp.abs(state.plastic.modulation),
+            info["died"],
+        )
+
+    def block(carry, t0):
+        carry, (m, died) = jax.lax.scan(step, carry, t0 + jnp.arange(every))
+        return carry, (at_bound(carry[2]), m.mean(), died.sum())
+
+    carry = (obs, env_state, state)
+    carry, (fraction, m, died) = jax.lax.scan(block, carry, jnp.arange(0, steps, every))
+    return fraction.mean(), fraction[-1], m.mean(), died.sum()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--genomes", type=int, default=8)
+    parser.add_argument(
+        "--old",
+        action="store_true",
+        help="m = raw reward (baseline_decay=None, reward_bound=None): the rule "
+        "before the fix",
+    )
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    exp = config.load("examples/l4_long_horizon.toml", args.set)
+    if args.old:
+        options = dict(exp.net.options)
+        options["plasticity"] = {
+            **options["plasticity"],
+            "baseline_decay": None,
+            "reward_bound": None,
+        }
+        exp = dataclasses.replace(
+            exp, net=dataclasses.replace(exp.net, options=options)
+        )
+    built = experiment.build(exp)
+    strategy = built.strategy
+    population, _ = strategy.ask(jr.key(1), strategy.init(jr.key(0)))
+    genomes = jax.tree.map(
+        lambda p, g: (
+            jnp.concatenate([g[None], p[: args.genomes - 1]])
+            if eqx.is_inexact_array(g)
+            else g
+        ),
+        population,
+        built.genome,
+    )
+    evolvable, static = eqx.partition(genomes, eqx.is_inexact_array)
+    run = eqx.filter_jit(
+        jax.vmap(
+            lambda g, k: lifetime(
+                eqx.combine(g, static), built.env, built.env_params, k, args.steps
+            )
+        )
+    )
+    keys = jr.split(jr.key(2), args.genomes)
+    fraction, final, m, died = jax.device_get(run(evolvable, keys))
+    eta = jax.device_get(genomes.rule.learning_rate)
+    print(
+        "  genome      eta  at bound (mean over lifetime)  at bound (end)  "
+        "mean |m|  deaths"
+    )
+    for i in range(args.genomes):
+        name = "initial" if i == 0 else f"sample {i}"
+        print(
+            f"{name:>8}  {eta[i]:+7.3f}  {fraction[i]:30.2f}  {final[i]:14.2f}  "
+            f"{m[i]:8.3f}  {int(died[i]):6d}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from study_fixtures import TINY, finished_study, write_study  # noqa: F401
+
+from eqxevo import config
+from eqxevo.study import StudyError, load, run_study, status
+from eqxevo.study.report import RUN_COLUMNS, cells_table
+from eqxevo.study.runner import run_dir
+
+
+def test_every_run_gets_a_run_directory(finished_study):  # noqa: F811
+    study = load(finished_study.file)
+    for run in study.runs:
+        path = run_dir(finished_study.out, run)
+        assert config.load(path / "config.toml") == run.experiment
+        records = [
+            json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()
+        ]
+        assert [r["generation"] for r in records] == list(range(6))
+        summary = json.loads((path / "summary.json").read_text())
+        assert summary["complete"] and summary["generations"] == 6
+        assert summary["final_mean_fitness"] == records[-1]["mean"]
+        assert summary["agent_steps"] == 8 * 40 * 6
+        assert (path / "best_genome.eqx").exists()
+        assert sorted(p.name for p in (path / "checkpoints").iterdir())[-1] == "6"
+    assert status(finished_study.out)["done"] == 8
+
+
+def test_rerunning_a_finished_study_does_no_work(finished_study, monkeypatch):  # noqa: F811
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a finished study built or ran something")
+
+    monkeypatch.setattr("eqxevo.study.executor.plan", forbidden)
+    monkeypatch.setattr("eqxevo.study.runner.evolve", forbidden)
+    files = sorted(finished_study.out.rglob("*"))
+    stamps = [p.stat().st_mtime_ns for p in files]
+    result = run_study(load(finished_study.file), finished_study.out, quiet=True)
+    assert result["done"] == result["runs"] == 8
+    assert sorted(finished_study.out.rglob("*")) == files
+    assert [p.stat().st_mtime_ns for p in files] == stamps
+
+
+def test_a_changed_experiment_is_refused_naming_the_keys(tmp_path, finished_study):  # noqa: F811
+    out = tmp_path / "out"
+    shutil.copytree(finished_study.out, out)
+    changed = load(
+        write_study(tmp_path, TINY.replace("lifetime = 40", "lifetime = 30"))
+    )
+    with pytest.raises(
+        StudyError, match=r"of another experiment \(differs in run.lifetime\)"
+    ):
+        run_study(changed, out, quiet=True)
+
+
+def _without_wall_time(table):
+    return table.drop(columns=["wall_time_s"])
+
+
+def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_results(
+    tmp_path,
+    finished_study,  # noqa: F811
+):
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "eqxevo.cli", "study", "run"]
+    command += [str(finished_study.file), "--out", str(out), "--quiet"]
+    log = tmp_path / "stderr.txt"
+    with log.open("wb") as stderr:
+        child = subprocess.Popen(command, stderr=stderr)
+        # Kill as soon as the first chunk's records are on disk: mid-program,
+        # while checkpoints, metrics and summaries are being written.
+        deadline = time.monotonic() + 300
+        while not any(p.stat().st_size for p in out.rglob("metrics.jsonl")):
+            assert child.poll() is None, log.read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert status(out)["done"] < 8  # it was killed mid-study
+    run_study(load(finished_study.file), out, quiet=True)
+    study = load(finished_study.file)
+    got, want = cells_table(out, study), cells_table(finished_study.out, study)
+    assert set(RUN_COLUMNS) <= set(got.columns)
+    assert _without_wall_time(got).equals(_without_wall_time(want))
+    for run in study.runs:
+        mine = run_dir(out, run) / "metrics.jsonl"
+        theirs = run_dir(finished_study.out, run) / "metrics.jsonl"
+        assert mine.read_text() == theirs.read_text(), run.id
+
+
+def test_an_interrupt_keeps_every_runs_last_chunk_and_resumes(tmp_path, monkeypatch):
+    from eqxevo.study import runner
+
+    study = load(
+        write_study(
+            tmp_path,
+            TINY.replace("[0.05, 0.3]", "[0.05]").replace(
+                '[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', ""
+            ),
+        )
+    )
+    original = runner._RunFiles.chunk
+    calls = []
+
+    def interrupt_after_two_chunks(self, generation, history, state):
+        original(self, generation, history, state)
+        calls.append(generation)
+        if len(calls) == 2 * len(study.seeds):  # every run has two chunks
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner._RunFiles, "chunk", interrupt_after_two_chunks)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(study, tmp_path / "out", quiet=True)
+    for run in study.runs:
+        path = run_dir(tmp_path / "out", run)
+        summary = json.loads((path / "summary.json").read_text())
+        assert not summary["complete"] and summary["generations"] == 4
+        assert sorted(p.name for p in (path / "checkpoints").iterdir())[-1] == "4"
+    monkeypatch.setattr(runner._RunFiles, "chunk", original)
+    assert run_study(study, tmp_path / "out", quiet=True)["done"] == 2
+    assert all(
+        len(
+            Path(run_dir(tmp_path / "out", r), "metrics.jsonl").read_text().splitlines()
+        )
+        == 6
+        for r in study.runs
+    )

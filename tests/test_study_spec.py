@@ -1,0 +1,213 @@
+import itertools
+import math
+from pathlib import Path
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given
+from study_fixtures import TINY, write_study
+
+from eqxevo.study import StudyError, plan
+from eqxevo.study.group import build_run
+from eqxevo.study.spec import from_dict, load
+
+BASE = {
+    "env": {"name": "chemotaxis"},
+    "net": {"name": "mlp", "options": {"width": 8, "depth": 1}},
+    "strategy": {"population_size": 8},
+    "run": {"lifetime": 40, "generations": 4},
+}
+# Keys a study may vary, with a type of values each accepts.
+KEYS = {
+    "env.params.sensor_noise": st.floats(0.0, 1.0),
+    "env.params.length_scale": st.floats(0.1, 2.0),
+    "strategy.population_size": st.integers(2, 64),
+    "strategy.name": st.sampled_from(["snes", "pgpe", "open_es", "cma_es"]),
+    "run.lifetime": st.integers(1, 1000),
+    "net.options.depth": st.integers(1, 3),
+}
+
+
+@st.composite
+def studies(draw):
+    keys = draw(st.lists(st.sampled_from(sorted(KEYS)), unique=True, max_size=3))
+    axes = {
+        k: draw(st.lists(KEYS[k], min_size=1, max_size=3, unique=True)) for k in keys
+    }
+    free = [k for k in KEYS if k not in axes]
+    arms = []
+    for i in range(draw(st.integers(0, 2))):
+        changed = draw(st.lists(st.sampled_from(free), min_size=1, unique=True))
+        arms.append({"name": f"arm{i}", **{k: draw(KEYS[k]) for k in changed}})
+    seeds = draw(st.integers(1, 3))
+    return {"study": {"name": "s", "seeds": seeds, "axes": axes, "arms": arms}, **BASE}
+
+
+def _get(experiment, key):
+    section, field, *rest = key.split(".")
+    value = getattr(getattr(experiment, section), field)
+    for part in rest:
+        value = value.get(part)
+    return value
+
+
+@given(data=studies())
+def test_factorial_expansion_gives_every_combination_in_every_arm_once(data):
+    study = from_dict(data)
+    axes, arms = data["study"]["axes"], data["study"]["arms"]
+    assert len(study.cells) == math.prod(len(v) for v in axes.values()) * (
+        1 + len(arms)
+    )
+    assert len({c.name for c in study.cells}) == len(study.cells)
+    assert len({c.slug for c in study.cells}) == len(study.cells)
+    for arm in ["base", *(a["name"] for a in arms)]:
+        cells = [c for c in study.cells if c.arm == arm]
+        combos = [tuple(c.values.values()) for c in cells]
+        assert combos == list(itertools.product(*axes.values()))
+        changes = next((a for a in arms if a["name"] == arm), {})
+        for cell in cells:
+            for key, value in {**cell.values, **changes}.items():
+                if key != "name":
+                    assert _get(cell.experiment, key) == value, (cell.name, key)
+            for key in KEYS.keys() - cell.values.keys() - changes.keys():
+                # untouched keys keep the base value
+                base = from_dict({"study": {"name": "b"}, **BASE}).cells[0]
+                assert _get(cell.experiment, key) == _get(base.experiment, key)
+    runs = study.runs
+    assert len(runs) == len(study.cells) * data["study"]["seeds"]
+    assert [r.experiment.run.seed for r in runs[: len(study.seeds)]] == list(
+        range(data["study"]["seeds"])
+    )
+    assert len({r.id for r in runs}) == len(runs)
+
+
+def test_seeds_are_a_count_or_a_list():
+    assert from_dict({"study": {"name": "s", "seeds": 3}}).seeds == (0, 1, 2)
+    assert from_dict({"study": {"name": "s", "seeds": [7, 2]}}).seeds == (7, 2)
+
+
+def test_ints_among_float_axis_values_become_floats():
+    study = from_dict(
+        {"study": {"name": "s", "axes": {"env.params.sensor_noise": [0, 0.5]}}}
+    )
+    assert [c.values["env.params.sensor_noise"] for c in study.cells] == [0.0, 0.5]
+    assert isinstance(study.cells[0].values["env.params.sensor_noise"], float)
+
+
+def test_base_file_is_relative_to_the_study_and_inline_tables_override_it(tmp_path):
+    write_study(tmp_path / "experiments", "[env]" + TINY.split("[env]", 1)[1])
+    file = write_study(
+        tmp_path / "studies",
+        'base = "../experiments/tiny.toml"\n[study]\nname = "b"\n'
+        "[run]\ngenerations = 3\n",
+        "study.toml",
+    )
+    (cell,) = load(file).cells
+    assert cell.experiment.run.generations == 3  # inline
+    assert cell.experiment.run.lifetime == 40  # from the base
+    assert cell.experiment.net.options == {"width": 8, "depth": 1}
+
+
+def _study(**table):
+    return {"study": {"name": "s", **table}, **BASE}
+
+
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        (_study(axes={"env.bogus": [1]}), r"unknown key 'env.bogus'.*\[env\] has"),
+        (_study(axes={"envy.params.x": [1]}), "starts with 'envy'; allowed: env, net"),
+        (_study(axes={"run.seed": [1, 2]}), "'run.seed' cannot be set in a study"),
+        (_study(axes={"run.num_seeds": [2]}), "'run.num_seeds' cannot be set"),
+        (_study(axes={"env.params.sensor_noise": []}), "non-empty list"),
+        (_study(axes={"env.params.sensor_noise": 0.1}), "non-empty list"),
+        (_study(axes={"strategy.name": ["snes", "snes"]}), "repeats a value"),
+        (_study(axes={"run.lifetime.x": [1]}), "run.lifetime is a value, not a table"),
+        (_study(seeds=0), "study.seeds = 0"),
+        (_study(seeds=[1, 1]), "distinct non-negative ints"),
+        (_study(colour="red"), "unknown key study.colour"),
+        ({"study": {"seeds": 2}}, "study.name = None"),
+        ({"study": {"name": "a b"}}, "study.name = 'a b'"),
+        ({"sutdy": {}, "study": {"name": "s"}}, "unknown top-level key 'sutdy'"),
+        ({}, r"needs a \[study\] table"),
+        (_study(arms=[{"x": 1}]), r"study.arms\[0\] needs a name"),
+        (_study(arms=[{"name": "a"}]), "changes no key"),
+        (
+            _study(arms=[{"name": "base", "run.lifetime": 5}]),
+            "already used by the base arm",
+        ),
+        (
+            _study(
+                axes={"run.lifetime": [5, 6]},
+                arms=[{"name": "a", "run.lifetime": 7}],
+            ),
+            "sets 'run.lifetime', which is also an axis",
+        ),
+        (_study(slurm={"gpus": 1}), "unknown key study.slurm.gpus"),
+        # values the experiment's own validation rejects: the key and the cell
+        (
+            _study(axes={"run.generations": [5, 0]}),
+            r"cell 'run.generations=0': run.generations = 0 is out of range",
+        ),
+        (
+            _study(
+                axes={"env.params.sensor_noise": [0.1]},
+                arms=[{"name": "lazy", "run.on_nonfinite": "ignore"}],
+            ),
+            r"cell 'lazy,env.params.sensor_noise=0.1': run.on_nonfinite = 'ignore'",
+        ),
+        (
+            _study(arms=[{"name": "x", "net.options.width.deep": 1}]),
+            r"cell 'x': cannot set 'net.options.width.deep': net.options.width is 8",
+        ),
+    ],
+)
+def test_a_bad_study_raises_an_error_naming_the_key_and_the_cell(data, match):
+    with pytest.raises(StudyError, match=match):
+        from_dict(data)
+
+
+@pytest.mark.parametrize(
+    "axes, match",
+    [
+        (
+            {"env.params.bogus": [0.1]},
+            r"cell 'env.params.bogus=0.1' \(seed 0\): env.params.bogus is not a "
+            "parameter of Chemotaxis",
+        ),
+        (
+            {"net.options.width": [8, -3]},
+            r"cell 'net.options.width=-3' \(seed 0\): net.options: cannot build",
+        ),
+        (
+            {"strategy.name": ["snes", "no_such_es"]},
+            r"cell 'strategy.name=no_such_es' \(seed 0\): strategy",
+        ),
+    ],
+)
+def test_values_the_built_experiment_rejects_fail_at_plan_time(axes, match):
+    study = from_dict(_study(axes=axes))
+    with pytest.raises(StudyError, match=match):
+        plan(study)
+
+
+def test_an_unreadable_base_names_it(tmp_path):
+    file = write_study(tmp_path, 'base = "missing.toml"\n[study]\nname = "s"\n')
+    with pytest.raises(StudyError, match=r"base = 'missing\.toml': cannot read"):
+        load(file)
+
+
+EXAMPLES = sorted(
+    (Path(__file__).parent.parent / "examples" / "studies").glob("*.toml")
+)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_studies_load_and_match_the_evolvable_parameter_count(path):
+    study = load(path)
+    assert len(study.runs) == 10 and len(study.cells) == 2
+    first = {c.arm: next(r for r in study.runs if r.cell is c) for c in study.cells}
+    counts = {
+        arm: build_run(run).built.strategy.num_params for arm, run in first.items()
+    }
+    assert counts == {"plastic": 1291, "non-plastic": 1291}
