@@ -424,7 +424,74 @@ def _traces(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
     return records
 
 
-    parts = args.only or (
-        (*DEFAULT_PARTS, "traces", "bits", "gymnax") if args.quick else DEFAULT_PARTS
+def _bits(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
+    from .bits import run_bits
+    from .common import write_records
+
+    print("bits across batch sizes and device counts (subprocess)...", flush=True)
+    records = run_bits(args.quick)
+    for r in records:
+        gap = r["max_relative_fitness_gap"]
+        print(
+            f"  {r['milestone']} T={r['lifetime']:6d} {r['episodes']:10s} "
+            f"{r['variant']:13s} "
+            + ("identical" if not gap else f"fitness differs (relative {gap:.2g})")
+            + f"; differing leaves: {r['differing_leaves']}",
+            flush=True,
+        )
+    write_records(args.out, "bits", meta, records)
+    return records
+
+
+def _pallas(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
+    import jax.random as jr
+
+    from .common import table, write_records
+    from .fused import PALLAS_COLUMNS, pallas_comparison
+
+    print("pallas vs XLA layouts...", flush=True)
+
+    def log(r: dict[str, Any]) -> None:
+        head = (
+            f"  {r['model']:7s} N={r['num_neurons']:5d} K={r['fan_in']:3d} "
+            f"P={r['population_size']:5d} T={r['num_steps']:5d} "
+            f"plastic={r['plastic']!s:5} {r.get('trace_dtype') or '':8s} "
+            f"{r['layout']:8s}"
+        )
+        if "skipped" in r:
+            print(f"{head} {r['skipped']}", flush=True)
+        elif r["layout"] == "summary":
+            ratio = r["pallas_over_best_xla"]
+            print(
+                f"{head} pallas / best XLA ({r['best_xla']}) = "
+                + (f"{ratio:.3g}" if ratio is not None else "n/a")
+                + f", fitness |diff| <= {r['fitness_max_abs_diff']:.2g}",
+                flush=True,
+            )
+        else:
+            print(f"{head} {r['steps_per_s']:9.3g} agent-steps/s", flush=True)
+
+    records = pallas_comparison(
+        quick=args.quick, repeats=args.repeats, key=jr.key(0), log=log
     )
+    write_records(args.out, "pallas", meta, records)
+    # per point its summary (GPU) or its "not measured" row; layouts skipped for size
+    rows = [r for r in records if r["layout"] == "summary" or "skipped" in r]
+    print(table(rows, PALLAS_COLUMNS))
+    return rows
+
+
+def _gymnax(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
+    from .common import write_records
+    from .gymnax_suite import gymnax_comparison, markdown, single_threaded_lapack
+
+    print("gymnax suite (eqxevo vs evosax GymnaxProblem)...", flush=True)
+    single_threaded_lapack()
+    records = gymnax_comparison(quick=args.quick, sharded=not args.quick)
+    write_records(args.out, "gymnax", meta, records)
+    (args.out / "gymnax.md").write_text(markdown(records))
+    print(markdown(records))
+    return records
+
+
 __all__ = ["main", "parser"]
