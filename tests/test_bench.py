@@ -294,8 +294,8 @@ def test_fidelity_curves_come_from_one_evolve_call_per_variant(monkeypatch):
 
 
 def test_micro_batching_shrinks_the_planned_memory():
-    records = batch_memory(quick=True, batch_sizes=(None, 16, 4), repeats=1)
-    assert [r["batch_size"] for r in records] == [None, 16, 4]
+    records = batch_memory(quick=True, batch_sizes=(None, 32, 16), repeats=1)
+    assert [r["batch_size"] for r in records] == [None, 32, 16]
     temp = [r["temp_bytes"] for r in records]
     assert temp[0] > temp[1] > temp[2]
     assert records[0]["trace_bytes_per_genome"] == 16 * 16 * 4

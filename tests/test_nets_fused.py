@@ -142,7 +142,7 @@ def test_fused_policy_step_equals_the_numpy_reference(kind, plasticity):
             p, np.asarray(obs, np.float64), _state(policy, state)
         )
         if plasticity == "reward":
-            want = ref.reinforce(p, want, float(reward))
+            want = ref.reinforce(p, want, float(reward), seen=t)
         action, state = _step(policy, obs, state, reward)
         got = _state(policy, state)
         np.testing.assert_allclose(np.asarray(action), want_action, **TOL)

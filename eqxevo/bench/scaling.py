@@ -215,12 +215,16 @@ def traced_lifetime(genome: TracedGenome, key: PRNGKey, num_steps: int = 20) -> 
 def batch_memory(
     *,
     quick: bool = False,
-    batch_sizes: Sequence[int | None] = (None, 64, 16, 4),
+    batch_sizes: Sequence[int | None] = (None, 128, 64, 16),
     repeats: int = 3,
     log: Log = None,
 ) -> list[dict[str, Any]]:
-    """Planned memory and time of one population's evaluation per `batch_size`."""
-    population_size, neurons = (32, 16) if quick else (256, 64)
+    """Planned memory and time of one population's evaluation per `batch_size`.
+
+    Batch sizes are multiples of `evaluate.BLOCK_ALIGN` (16): smaller ones are
+    rounded up to it, and would measure the same program.
+    """
+    population_size, neurons = (64, 16) if quick else (256, 64)
     genome = TracedGenome(neurons, key=jr.key(0))
     strategy = Strategy("snes", genome, population_size)
     population, _ = strategy.ask(jr.key(1), strategy.init(jr.key(0)))
