@@ -12,15 +12,20 @@ benchmark use), and keeps a run directory:
     run_dir/metrics.jsonl     one record per generation (and seed)
     run_dir/fitness.png       fitness curves
     run_dir/best_genome.eqx   the best genome (eqx.tree_serialise_leaves)
+    run_dir/mean_genome.eqx   the distribution mean (algorithms with one)
     run_dir/summary.json      totals over every segment (run, resumes): wall
-                              time, agent-steps, best fitness; one entry per segment
+                              time, agent-steps, best fitness; one entry per
+                              segment; the final held-out evaluation (`heldout`)
     run_dir/checkpoints/      verified orbax checkpoints every `run.checkpoint_every`
     run_dir/tensorboard/, run_dir/wandb/   with `[sinks]` switched on
 
 Before the first generation the chunk program is compiled ahead of time and
 XLA's memory analysis is checked against the device's memory (a run that
 cannot fit stops with a message naming the estimate and what to change).
-`evolve`'s callback, after every chunk, appends the metrics, updates the
+At the end, and every `run.eval_every` generations, the callback evaluates
+the distribution mean and the best-so-far genome held out (`evaluate_heldout`,
+docs/operations.md). `evolve`'s callback, after every chunk, appends the
+metrics, updates the
 progress display and writes a checkpoint when one is due; it stops the loop
 when a first Ctrl-C/SIGTERM asked for it (`eqxevo.interrupts`). `resume(run_dir)`
 continues from the newest checkpoint that passes verification and reproduces
