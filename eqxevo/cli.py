@@ -1,4 +1,5 @@
-"""`eqxevo` command line: run, resume and plot experiments; list strategies.
+"""`eqxevo` command line: run, resume, plot and evaluate experiments; list
+strategies.
 
 Every command goes through `eqxevo.experiment`, which calls the same
 `eqxevo.evolve` as the Python API and the benchmark.
@@ -100,6 +101,7 @@ def main() -> None:
       eqxevo run exp.toml --set run.generations=50 --num-seeds 4
       eqxevo resume runs/chemotaxis-sparse_rate-snes-20261122-120000
       eqxevo plot runs/chemotaxis-sparse_rate-snes-20261122-120000
+      eqxevo eval runs/chemotaxis-sparse_rate-snes-20261122-120000 --episodes 128
       eqxevo strategies
     """
 
@@ -255,12 +257,36 @@ def _run(
     _report(run_dir, summary)
 
 
+def _heldout_lines(heldout: Any) -> list[str]:
+    """summary.json's held-out entry in words (one line per seed and genome)."""
+    entries = heldout if isinstance(heldout, list) else [heldout]
+    lines = []
+    for seed, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            continue
+        where = f"seed {seed}, " if len(entries) > 1 else ""
+        for genome, what in (("mean", "distribution mean"), ("best", "best genome")):
+            held = entry.get(genome)
+            if not held or held.get("mean") is None:
+                continue
+            low, high = held.get("ci_low"), held.get("ci_high")
+            half = "" if low is None or high is None else f" ± {(high - low) / 2:.3g}"
+            lines.append(
+                f"held-out fitness of the {what} ({where}generation "
+                f"{entry.get('generation')}): {held['mean']:.5g}{half} (95% CI, "
+                f"{held.get('episodes')} lifetimes)"
+            )
+    return lines
+
+
 def _report(run_dir: Path, summary: dict[str, Any]) -> None:
+    for line in _heldout_lines(summary.get("heldout")):
+        click.echo(line)
     best = summary.get("best_fitness")
     shown = "n/a" if best is None else f"{best:.5g}"
     segments = summary.get("num_segments", 1)
     click.echo(
-        f"best fitness {shown} after {summary['generations']} generations "
+        f"best training fitness {shown} after {summary['generations']} generations "
         f"({summary.get('wall_time_s', 0.0):.1f} s"
         + (f" over {segments} segments" if segments > 1 else "")
         + f", {summary.get('agent_steps_per_s', 0.0):.3g} agent-steps/s)\n"
@@ -354,6 +380,107 @@ def plot(run_dir: str, steps: int | None) -> None:
             click.echo(f"no trajectory plot: {err}", err=True)
     for p in written:
         click.echo(str(p))
+
+
+@main.command("eval", context_settings=CONTEXT)
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--genome",
+    type=click.Choice(["best", "mean"]),
+    default="best",
+    show_default=True,
+    help="best: the best genome found (best_genome.eqx); mean: the distribution "
+    "mean (mean_genome.eqx; not for population-based algorithms).",
+)
+@click.option(
+    "--episodes",
+    type=click.IntRange(1),
+    help="Held-out lifetimes (default: the run's run.eval_episodes).",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(0),
+    help="Evaluate on the lifetimes a run with run.seed = SEED holds out (default: "
+    "this run's own, those its held-out evaluations used).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--render",
+    type=click.Path(dir_okay=False),
+    help="Also draw the genome living the first held-out lifetime to this PNG "
+    "(arena environments).",
+)
+def eval_command(
+    run_dir: str,
+    genome: str,
+    episodes: int | None,
+    seed: int | None,
+    as_json: bool,
+    render: str | None,
+) -> None:
+    """Evaluate RUN_DIR's saved genome on held-out lifetimes: mean ± 95% CI.
+
+    The lifetimes come from a key stream selection never uses (the run's own
+    held-out stream by default: the result then equals the run's final
+    held-out record in summary.json); episode e is the same lifetime for every
+    --episodes N > e.
+
+    \b
+    Examples:
+      eqxevo eval runs/my-run
+      eqxevo eval runs/my-run --genome mean --episodes 256 --json
+      eqxevo eval runs/my-run --seed 7 --render lifetime.png
+    """
+    from . import experiment as experiment_module
+
+    try:
+        evaluation, built, loaded, key = experiment_module.eval_run(
+            Path(run_dir), genome=genome, num_episodes=episodes, seed=seed
+        )
+    except (ConfigError, experiment_module.RunDirError) as err:
+        _fail(err)
+        return
+    result = evaluation.result
+    half = (result.ci_high - result.ci_low) / 2
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "run_dir": str(run_dir),
+                    "genome": genome,
+                    "stream": evaluation.stream,
+                    "run_seed": evaluation.run_seed,
+                    "generations": evaluation.generations,
+                    "episodes": result.num_episodes,
+                    "num_nonfinite": result.num_nonfinite,
+                    "mean": result.mean,
+                    "ci_low": result.ci_low,
+                    "ci_high": result.ci_high,
+                    "std": result.std,
+                },
+                indent=2,
+            )
+        )
+    else:
+        click.echo(
+            f"held-out fitness over {result.num_episodes} lifetimes: {result.mean!r} "
+            f"± {half:.4g} (95% CI [{result.ci_low:.6g}, {result.ci_high:.6g}])"
+        )
+    if render:
+        import jax.random as jr
+
+        try:
+            path = experiment_module.render_lifetime(
+                built,
+                loaded,
+                jr.fold_in(key, 0),
+                render,
+                title=f"{genome} genome of {Path(run_dir).name}: held-out lifetime 0",
+            )
+        except NotImplementedError as err:
+            _fail(err)
+            return
+        click.echo(f"lifetime drawn: {path}", err=as_json)
 
 
 @main.command(context_settings=CONTEXT)

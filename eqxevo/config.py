@@ -9,7 +9,7 @@ An experiment is four tables:
                 init_scale; [strategy.params] overrides evosax Params
     [run]       generations, lifetime (steps), seed, num_seeds, chunk_size,
                 checkpoint_every, keep_checkpoints, on_nonfinite, episodes,
-                batch_size, chunk_seconds
+                batch_size, chunk_seconds, eval_every, eval_episodes
     [sinks]     tensorboard, wandb (metrics besides metrics.jsonl)
 
 Every key is checked: an unknown key, a value of the wrong type or out of range
@@ -136,6 +136,19 @@ class RunConfig:
         help="aim for compiled chunks of about this many seconds (at most "
         "chunk_size generations; progress and Ctrl-C act between chunks; 0: always "
         "chunk_size); results do not depend on it",
+    )
+    eval_every: int = _spec(
+        0,
+        min=0,
+        help="held-out evaluation every this many generations as well as at the "
+        "end (0: only at the end); each costs 2 x eval_episodes extra lifetimes "
+        "(the mean and the best-so-far genome)",
+    )
+    eval_episodes: int = _spec(
+        32,
+        min=1,
+        help="held-out lifetimes per evaluated genome, from a key stream selection "
+        "never uses (the same lifetimes at every evaluation of a run)",
     )
 
 

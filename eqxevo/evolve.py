@@ -477,6 +477,7 @@ def evolve(
     episodes: Any = "shared",
     runs: int | None = None,
     chunk_seconds: float | None = None,
+    align: int | None = None,
 ) -> EvolveResult:
     """Run `num_generations` generations of `strategy` on `fitness_fn`, on device.
 
@@ -528,6 +529,12 @@ def evolve(
             `chunk_seconds`. The host then hears from a long run every few
             seconds. The chunk length is a traced value: nothing recompiles, and
             results do not depend on it. None (default): `chunk_size` always.
+        align: chunks also end at every multiple of `align` generations
+            (counted from generation 0, so a resumed run ends chunks at the same
+            generations), so the callback sees the state there: host work that
+            must happen at fixed generations (`eqxevo run`'s held-out
+            evaluations every `run.eval_every`) hangs on it. The chunk length is
+            traced: nothing recompiles, and results do not depend on it.
 
     Returns:
         An `EvolveResult`.
@@ -571,6 +578,8 @@ def evolve(
         raise ValueError(
             f"chunk_seconds must be a finite number > 0 or None; got {chunk_seconds!r}"
         )
+    if align is not None:
+        _check_positive_int("align", align)
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable; got {type(callback).__name__}")
     check_divisible("population_size", strategy.population_size, mesh_size(mesh))
@@ -678,6 +687,9 @@ def evolve(
         remaining = num_generations
         while remaining > 0:
             num_active = min(chunk_size, remaining, int(pace["planned"]))
+            if align is not None:
+                at = stop_generation - remaining
+                num_active = min(num_active, align - at % align)
             remaining -= num_active
             next_state, halted, out, aux_static = _run_chunk(
                 strategy,

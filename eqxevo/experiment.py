@@ -12,15 +12,20 @@ benchmark use), and keeps a run directory:
     run_dir/metrics.jsonl     one record per generation (and seed)
     run_dir/fitness.png       fitness curves
     run_dir/best_genome.eqx   the best genome (eqx.tree_serialise_leaves)
+    run_dir/mean_genome.eqx   the distribution mean (algorithms with one)
     run_dir/summary.json      totals over every segment (run, resumes): wall
-                              time, agent-steps, best fitness; one entry per segment
+                              time, agent-steps, best fitness; one entry per
+                              segment; the final held-out evaluation (`heldout`)
     run_dir/checkpoints/      verified orbax checkpoints every `run.checkpoint_every`
     run_dir/tensorboard/, run_dir/wandb/   with `[sinks]` switched on
 
 Before the first generation the chunk program is compiled ahead of time and
 XLA's memory analysis is checked against the device's memory (a run that
 cannot fit stops with a message naming the estimate and what to change).
-`evolve`'s callback, after every chunk, appends the metrics, updates the
+At the end, and every `run.eval_every` generations, the callback evaluates
+the distribution mean and the best-so-far genome held out (`evaluate_heldout`,
+docs/operations.md). `evolve`'s callback, after every chunk, appends the
+metrics, updates the
 progress display and writes a checkpoint when one is due; it stops the loop
 when a first Ctrl-C/SIGTERM asked for it (`eqxevo.interrupts`). `resume(run_dir)`
 continues from the newest checkpoint that passes verification and reproduces
@@ -54,6 +59,7 @@ from .checkpoint import Checkpointer
 from .config import ConfigError, Experiment
 from .envs.base import AbstractEnv
 from .evolve import Chunk, compile_chunk, evolve, initial_state
+from .heldout import HeldOut, heldout_evaluate, heldout_key
 from .interrupts import StopRequest, exit_code
 from .metrics import (
     MetricsLog,
@@ -90,10 +96,14 @@ RESUMABLE_CHANGES = (
     "run.checkpoint_every",
     "run.keep_checkpoints",
     "run.batch_size",
+    "run.eval_every",
+    "run.eval_episodes",
     "sinks.",
 )
 """Config keys (or prefixes ending in ".") a resumed run may change: they do not
-alter the trajectory."""
+alter the trajectory (held-out evaluations are outside it; a changed
+`run.eval_episodes` makes later evaluations use that many lifetimes, the first
+ones the same)."""
 
 _SIGNATURE_SKIP = {"self", "obs_size", "action_size", "key", "name"}
 
@@ -379,13 +389,19 @@ class Built:
         return initial_state(self.key, self.strategy, self.num_seeds)
 
 
+def _seed_keys(seed: int) -> tuple[PRNGKey, PRNGKey]:
+    """The genome's key and the key handed to `evolve`, from `run.seed`."""
+    genome_key, evolve_key = jr.split(jr.key(seed))
+    return genome_key, evolve_key
+
+
 def build(experiment: Experiment) -> Built:
     """Build the environment, genome, strategy and fitness function.
 
     Raises:
         ConfigError: an unknown name, or options/params the classes reject.
     """
-    genome_key, evolve_key = jr.split(jr.key(experiment.run.seed))
+    genome_key, evolve_key = _seed_keys(experiment.run.seed)
     env, env_params = make_env(experiment)
     genome = make_genome(experiment, env, genome_key)
     strategy = make_strategy(experiment, genome)
@@ -605,6 +621,136 @@ def _best_of_seeds(built: Built, state: StrategyState) -> tuple[Genome, float]:
     )
 
 
+def _best_seed(built: Built, state: StrategyState) -> int:
+    """The seed whose best-so-far training fitness is highest (0 for one seed)."""
+    fitness = np.asarray(built.strategy.best_fitness(state))
+    if fitness.ndim == 0:
+        return 0
+    return int(np.nanargmax(np.where(np.isfinite(fitness), fitness, -np.inf)))
+
+
+def has_mean(strategy: Strategy) -> bool:
+    """Whether held-out evaluation covers the distribution mean: algorithms with
+    one genome as their mean (not population-based ones, not Stein-variational
+    ones, whose mean is one genome per sub-population)."""
+    return strategy.has_mean and strategy.family != "stein"
+
+
+def heldout_keys(built: Built, seed: int | None = None) -> list[PRNGKey]:
+    """The held-out key of each seed of the run: `heldout_key` of the key seed k's
+    keys are split from (`built.key`, or `split(built.key, K)[k]`), so no key
+    `evolve` derives for the run is among its episodes'.
+
+    Arguments:
+        built: the run.
+        seed: the keys a run with `run.seed = seed` (and otherwise this one's
+            settings) would hold out; default the run's own `run.seed`.
+    """
+    root = built.key if seed is None else _seed_keys(seed)[1]
+    if built.num_seeds is None:
+        return [heldout_key(root)]
+    return [heldout_key(k) for k in jr.split(root, built.num_seeds)]
+
+
+def _seed_state(built: Built, state: StrategyState, seed: int) -> StrategyState:
+    if built.num_seeds is None:
+        return state
+    return jax.tree.map(lambda x: x[seed], state)
+
+
+def _heldout_mesh(mesh: Any, num_episodes: int) -> Any:
+    """The run's mesh when the episodes split over it evenly, else one device."""
+    if mesh is None or num_episodes % mesh.devices.size:
+        return None
+    return mesh
+
+
+def evaluate_heldout(
+    built: Built,
+    state: StrategyState,
+    *,
+    num_episodes: int | None = None,
+    mesh: Any = None,
+) -> list[dict[str, HeldOut | None]]:
+    """Held-out evaluation of every seed's distribution mean (None where the
+    algorithm has none, `has_mean`) and best-so-far genome, on `num_episodes`
+    (default `run.eval_episodes`) lifetimes from the seed's `heldout_keys`.
+
+    Returns one `{"mean": HeldOut | None, "best": HeldOut}` per seed.
+    """
+    episodes = num_episodes or built.experiment.run.eval_episodes
+    options = {
+        "filter_spec": built.strategy.filter_spec,
+        "mesh": _heldout_mesh(mesh, episodes),
+        "batch_size": built.batch_size,
+    }
+    out: list[dict[str, HeldOut | None]] = []
+    for seed, key in enumerate(heldout_keys(built)):
+        one = _seed_state(built, state, seed)
+        mean = None
+        if has_mean(built.strategy):
+            mean = heldout_evaluate(
+                key, built.fitness, built.strategy.mean(one), episodes, **options
+            )
+        best = heldout_evaluate(
+            key, built.fitness, built.strategy.best(one), episodes, **options
+        )
+        out.append({"mean": mean, "best": best})
+    return out
+
+
+def _finite(value: Any) -> Any:
+    return value if isinstance(value, int) or np.isfinite(value) else None
+
+
+def heldout_fields(result: dict[str, HeldOut | None]) -> dict[str, Any]:
+    """One seed's held-out evaluation as metric fields: `heldout_mean_mean`,
+    `heldout_mean_ci_low`, ..., `heldout_best_*` (non-finite values as None)."""
+    fields: dict[str, Any] = {}
+    for genome in ("mean", "best"):
+        held = result[genome]
+        if held is not None:
+            record = held.as_record(f"heldout_{genome}")
+            fields.update({k: _finite(v) for k, v in record.items()})
+    return fields
+
+
+def heldout_summary(
+    results: list[dict[str, HeldOut | None]], generation: int
+) -> dict[str, Any] | list[dict[str, Any]]:
+    """`summary.json["heldout"]`: `{"mean": {...} | None, "best": {...},
+    "generation": G}` with `{"mean", "ci_low", "ci_high", "std", "episodes"}`
+    per genome (G: generations run when evaluated); a list of those, one per
+    seed, for runs of several seeds."""
+    entries = []
+    for result in results:
+        entry: dict[str, Any] = {}
+        for genome in ("mean", "best"):
+            held = result[genome]
+            entry[genome] = (
+                None
+                if held is None
+                else {
+                    "mean": _finite(held.mean),
+                    "ci_low": _finite(held.ci_low),
+                    "ci_high": _finite(held.ci_high),
+                    "std": _finite(held.std),
+                    "episodes": held.num_episodes,
+                }
+            )
+        entry["generation"] = generation
+        entries.append(entry)
+    return entries[0] if len(entries) == 1 else entries
+
+
+def _evaluation_due(experiment: Experiment, generations: int) -> bool:
+    """Whether the run evaluates held out after this many generations."""
+    every = experiment.run.eval_every
+    return generations == experiment.run.generations or bool(
+        every and generations % every == 0
+    )
+
+
 def save_genome(path: str | Path, genome: Genome) -> None:
     """Write a genome's leaves with Equinox serialisation."""
     eqx.tree_serialise_leaves(path, genome)
@@ -615,6 +761,126 @@ def load_best_genome(run_dir: str | Path) -> tuple[Built, Genome]:
     run_dir = Path(run_dir)
     built = build(config_module.load(run_dir / "config.toml"))
     return built, eqx.tree_deserialise_leaves(run_dir / "best_genome.eqx", built.genome)
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """What `eval_run` measured (see there)."""
+
+    result: HeldOut
+    genome: str
+    """"best" or "mean"."""
+    stream: str
+    """Whose held-out lifetimes: "run" (the run's own) or "seed S"."""
+    run_seed: int
+    """Which seed of a run of several the genome comes from (0 for one)."""
+    generations: int | None
+    """Generations the run had run when the genome was saved."""
+
+
+def _load_genome(built: Built, path: Path) -> Genome:
+    if not path.exists():
+        raise RunDirError(
+            f"{path.parent} holds no {path.name}: the run has not finished a segment"
+        )
+    try:
+        return eqx.tree_deserialise_leaves(path, built.genome)
+    except Exception as err:  # any damage: a short, wrong-sized or foreign file
+        raise RunDirError(
+            f"{path} is damaged ({type(err).__name__}: "
+            f"{' '.join(str(err).split())[:120]})"
+        ) from None
+
+
+def eval_run(
+    run_dir: str | Path,
+    *,
+    genome: str = "best",
+    num_episodes: int | None = None,
+    seed: int | None = None,
+) -> tuple[Evaluation, Built, Genome, PRNGKey]:
+    """Held-out evaluation of a run's saved genome (`eqxevo eval`).
+
+    Arguments:
+        run_dir: a run directory.
+        genome: "best" (`best_genome.eqx`) or "mean" (`mean_genome.eqx`, the
+            distribution mean of the seed the best genome comes from).
+        num_episodes: lifetimes (default the run's `run.eval_episodes`).
+        seed: None (default): the run's own held-out lifetimes, those its
+            evaluations used (with several seeds, those of the best genome's
+            seed), so the result equals the run's final held-out record. An
+            int S: the lifetimes a run with `run.seed = S` holds out (S equal to
+            the run's seed gives the default).
+
+    Returns:
+        `(evaluation, built, genome, key)`: the key is the held-out key used
+        (episode e is `fold_in(key, e)`).
+
+    Raises:
+        RunDirError: no run there, a genome file missing or damaged, or
+            `genome="mean"` for an algorithm without a mean.
+        ConfigError: the run's config.toml is unreadable or invalid.
+    """
+    run_dir = Path(run_dir)
+    if genome not in ("best", "mean"):
+        raise ValueError(f"genome must be 'best' or 'mean'; got {genome!r}")
+    if not (run_dir / "config.toml").exists():
+        raise RunDirError(f"{run_dir} holds no run (no config.toml)")
+    built = build(config_module.load(run_dir / "config.toml"))
+    if genome == "mean" and not has_mean(built.strategy):
+        raise RunDirError(
+            f"strategy {built.experiment.strategy.name!r} ({built.strategy.family} "
+            "family) has no distribution mean; evaluate the best genome (--genome "
+            "best)"
+        )
+    loaded = _load_genome(built, run_dir / f"{genome}_genome.eqx")
+    summary = _read_summary(run_dir)
+    run_seed = 0
+    if built.num_seeds is not None:
+        if not isinstance(summary.get("best_seed"), int):
+            raise RunDirError(
+                f"{run_dir}/summary.json is missing or damaged: it does not say "
+                "which seed the saved genome comes from (best_seed)"
+            )
+        run_seed = summary["best_seed"]
+    key = heldout_keys(built, seed)[run_seed]
+    result = heldout_evaluate(
+        key,
+        built.fitness,
+        loaded,
+        num_episodes or built.experiment.run.eval_episodes,
+        filter_spec=built.strategy.filter_spec,
+        batch_size=built.batch_size,
+    )
+    evaluation = Evaluation(
+        result,
+        genome,
+        "run" if seed is None else f"seed {seed}",
+        run_seed,
+        summary.get("generations"),
+    )
+    return evaluation, built, loaded, key
+
+
+def render_lifetime(
+    built: Built, genome: Genome, key: PRNGKey, path: str | Path, title: str
+) -> Path:
+    """Draw `genome` living the lifetime of `key` (at most 5000 steps).
+
+    Raises:
+        NotImplementedError: the environment has no picture (not an arena).
+    """
+    from .envs.arena import AbstractArenaEnv
+    from .plots import render_policy
+
+    if not isinstance(built.env, AbstractArenaEnv):
+        raise NotImplementedError(
+            f"{type(built.env).__name__} has no trajectory picture (only arenas have)"
+        )
+    steps = min(built.experiment.run.lifetime, 5000)
+    return render_policy(
+        key, genome, built.env, built.env_params, steps, path, title=title
+    )
 
 
 def plot_best(run_dir: str | Path, steps: int | None = None) -> Path:
@@ -656,6 +922,7 @@ _RUN_FILES = (
     "fitness.png",
     "trajectory.png",
     "best_genome.eqx",
+    "mean_genome.eqx",
 )
 _RUN_DIRS = ("checkpoints", "damaged-checkpoints", "tensorboard", "wandb")
 
@@ -788,6 +1055,12 @@ def run(
                 f"resuming from generation {generation} (the newest good one)"
             )
     metrics.truncate(generation)
+    # An earlier segment's end-of-run evaluation is no evaluation point of this
+    # run (extended with --set run.generations): the metrics then equal those of
+    # a run planned this long from the start.
+    metrics.drop_fields(
+        "heldout_", lambda r: not _evaluation_due(experiment, r["generation"] + 1)
+    )
     summary = _read_summary(run_dir) if resume else {}
     segments = summary.setdefault("segments", [])
     for segment in segments:
@@ -866,9 +1139,25 @@ def run(
             ) * built.agent_steps_per_generation
             _write_summary(run_dir, summary)
 
+        def heldout(at: int, state: Any, records: list[dict[str, Any]]) -> None:
+            """Evaluate held out after `at` generations; the fields join each
+            seed's record of generation `at - 1`."""
+            began = time.perf_counter()
+            results = evaluate_heldout(built, state, mesh=mesh)
+            segment["heldout_s"] = round(
+                segment.get("heldout_s", 0.0) + time.perf_counter() - began, 3
+            )
+            for seed, result in enumerate(results):
+                for r in records:
+                    if r["generation"] == at - 1 and r.get("seed", 0) == seed:
+                        r.update(heldout_fields(result))
+            summary["heldout"] = heldout_summary(results, at)
+
         def on_chunk(chunk: Chunk) -> bool:
             with stop.lock:
                 records = history_records(chunk.history)
+                if _evaluation_due(experiment, chunk.generation):
+                    heldout(chunk.generation, chunk.state, records)
                 metrics.append(records)
                 for sink in sinks:
                     sink.write(records)
@@ -923,6 +1212,7 @@ def run(
                 )
                 if available is not None and needed > available:
                     raise ResourceError(_too_big(built, needed, available, where))
+            progress.say(_heldout_note(built))
             evolve_started = time.perf_counter()
             evolve_at = evolve_started
             progress.start_running(evolve_started)
@@ -940,6 +1230,7 @@ def run(
                 batch_size=built.batch_size,
                 episodes=experiment.run.episodes,
                 chunk_seconds=experiment.run.chunk_seconds or None,
+                align=experiment.run.eval_every or None,
             )
         except KeyboardInterrupt:
             interrupted = 2  # SIGINT: Python's own handler (handle_signals off)
@@ -978,6 +1269,13 @@ def run(
     if ran > 0:
         best, best_fitness = _best_of_seeds(built, state)
         save_genome(run_dir / "best_genome.eqx", best)
+        seed = _best_seed(built, state)
+        if has_mean(built.strategy):
+            # the distribution mean of the seed the best genome comes from
+            mean = built.strategy.mean(_seed_state(built, state, seed))
+            save_genome(run_dir / "mean_genome.eqx", mean)
+        if built.num_seeds is not None:
+            summary["best_seed"] = seed
         plot_fitness(
             metrics.read(),
             run_dir / "fitness.png",
@@ -991,6 +1289,21 @@ def run(
     if interrupted:
         raise RunInterrupted(describe(), exit_code(interrupted), saved["generation"])
     return summary
+
+
+def _heldout_note(built: Built) -> str:
+    """What the held-out evaluations cost, in lifetimes and in generations."""
+    run = built.experiment.run
+    genomes = 2 if has_mean(built.strategy) else 1
+    lifetimes = genomes * run.eval_episodes
+    when = "at the end" + (
+        f" and every {run.eval_every} generations" if run.eval_every else ""
+    )
+    return (
+        f"held-out evaluation {when}: {genomes} genome(s) x {run.eval_episodes} "
+        f"lifetimes per seed, as many lifetimes as "
+        f"{lifetimes / built.strategy.population_size:.3g} generations"
+    )
 
 
 def _say(notes: list[str], stream: Any) -> None:

@@ -31,7 +31,7 @@ import jax.random as jr
 import numpy as np
 from jax.sharding import Mesh
 
-from ._types import Float, Genome, PRNGKey
+from ._types import Array, Float, Genome, PRNGKey
 from .evaluate import evaluate
 
 HELDOUT_STREAM = 0x48454C44
@@ -119,6 +119,30 @@ def _copies(genome: Genome, count: int, filter_spec: Any) -> Any:
     return eqx.combine(repeated, static)
 
 
+@eqx.filter_jit
+@eqx.debug.assert_max_traces(max_traces=None)  # counts traces; tests read it
+def _episode_fitness(
+    key: PRNGKey,
+    fitness_fn: Callable[..., Any],
+    genome: Genome,
+    num_episodes: int,
+    filter_spec: Any,
+    mesh: Mesh | None,
+    batch_size: int | None,
+) -> Float[Array, " episodes"]:
+    population = _copies(genome, num_episodes, filter_spec)
+    fitness, _ = evaluate(
+        key,
+        fitness_fn,
+        population,
+        filter_spec=filter_spec,
+        mesh=mesh,
+        batch_size=batch_size,
+        episodes="per_genome",
+    )
+    return fitness
+
+
 def heldout_fitness(
     key: PRNGKey,
     fitness_fn: Callable[..., Any],
@@ -132,7 +156,10 @@ def heldout_fitness(
     """The genome's fitness on each of `num_episodes` held-out lifetimes.
 
     Episode e is `fitness_fn(genome, fold_in(key, e))`: `evaluate` of
-    `num_episodes` copies of the genome with per-genome episodes.
+    `num_episodes` copies of the genome with per-genome episodes, in one jitted
+    program (compiled once per genome structure, fitness function and
+    `num_episodes`; other keys and genomes' values reuse it). Episode e's key
+    does not depend on `num_episodes`: fewer episodes are a prefix of more.
     """
     if (
         not isinstance(num_episodes, int)
@@ -142,15 +169,8 @@ def heldout_fitness(
         raise ValueError(
             f"num_episodes must be a positive Python int; got {num_episodes!r}"
         )
-    population = _copies(genome, num_episodes, filter_spec)
-    fitness, _ = evaluate(
-        key,
-        fitness_fn,
-        population,
-        filter_spec=filter_spec,
-        mesh=mesh,
-        batch_size=batch_size,
-        episodes="per_genome",
+    fitness = _episode_fitness(
+        key, fitness_fn, genome, num_episodes, filter_spec, mesh, batch_size
     )
     return np.asarray(fitness)
 

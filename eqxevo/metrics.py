@@ -16,7 +16,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,25 @@ class MetricsLog:
                 kept.append(line)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(self.path)
+
+    def drop_fields(self, prefix: str, where: Callable[[dict[str, Any]], bool]) -> None:
+        """Remove the fields starting with `prefix` from the records `where` picks
+        (other lines are kept byte for byte)."""
+        if not self.path.exists():
+            return
+        lines = []
+        for line in self.path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if where(record) and any(k.startswith(prefix) for k in record):
+                record = {k: v for k, v in record.items() if not k.startswith(prefix)}
+                line = json.dumps(record, allow_nan=False)
+            lines.append(line)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in lines))
         tmp.replace(self.path)
 
 
@@ -237,6 +256,30 @@ def format_bytes(count: int | float) -> str:
     return f"{count:.0f} B"
 
 
+def heldout_text(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """The newest held-out evaluation among `records`, in words: the mean genome's
+    (or, for algorithms without a mean, the best-so-far genome's) held-out
+    fitness with its 95% CI half-width (one seed), or the mean over seeds."""
+    for genome in ("mean", "best"):
+        name = f"heldout_{genome}_mean"
+        found = [r for r in records if r.get(name) is not None]
+        if not found:
+            continue
+        last = max(r["generation"] for r in found)
+        rows = [r for r in found if r["generation"] == last]
+        if len(rows) > 1:
+            value = float(np.mean([r[name] for r in rows]))
+            return f"held-out {genome} {value:+.4g} (mean of {len(rows)} seeds)"
+        (row,) = rows
+        low, high = (
+            row.get(f"heldout_{genome}_ci_low"),
+            row.get(f"heldout_{genome}_ci_high"),
+        )
+        half = "" if low is None or high is None else f" ± {(high - low) / 2:.2g}"
+        return f"held-out {genome} {row[name]:+.4g}{half}"
+    return None
+
+
 class Progress:
     """Progress of a run: a live bar on a terminal, plain lines otherwise.
 
@@ -287,6 +330,7 @@ class Progress:
         self._thread: threading.Thread | None = None
         self.best: float | None = None
         self.mean: float | None = None
+        self.heldout: str | None = None
         self.projected: float | None = None
         self._printed_at = -1
 
@@ -406,6 +450,7 @@ class Progress:
         means = [r["mean"] for r in latest if r.get("mean") is not None]
         self.best = max(bests) if bests else None
         self.mean = float(np.mean(means)) if means else None
+        self.heldout = heldout_text(records) or self.heldout
         if first_chunk:
             self._project()
         if self.quiet:
@@ -438,7 +483,8 @@ class Progress:
 
     def _info(self) -> str:
         eta = self.eta
-        parts = [f"best {_fmt(self.best)}", f"mean {_fmt(self.mean)}"]
+        parts = [self.heldout] if self.heldout else []
+        parts += [f"train best so far {_fmt(self.best)}", f"mean {_fmt(self.mean)}"]
         rate = self.agent_steps_per_second
         if rate > 0:
             parts.append(f"{rate:.3g} agent-steps/s")
@@ -497,5 +543,6 @@ __all__ = [
     "WandbSink",
     "format_bytes",
     "format_seconds",
+    "heldout_text",
     "history_records",
 ]

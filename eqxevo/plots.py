@@ -1,8 +1,10 @@
 """Every figure eqxevo draws: fitness curves of a run, pictures of a lifetime.
 
-- `plot_fitness(records, path, title=...)`: a run's fitness per generation
-  (best, mean, best so far; across seeds the mean and its 95% confidence
-  interval, from scipy.stats), labelled axes, integer generation ticks.
+- `plot_fitness(records, path, title=...)`: a run's fitness per generation,
+  led by its held-out evaluations (mean ± 95% CI error bars), then the training
+  statistics (best so far, best and mean of each generation; across seeds the
+  mean and its 95% confidence interval, from scipy.stats), labelled axes,
+  integer generation ticks.
 - `render_trajectory(trajectory, env, params, path)` / `render_policy(key,
   policy, env, params, num_steps, path)`: an agent's path over an arena's
   field(s). One panel per field (L0 has one, L2 and L4 one per resource type).
@@ -51,16 +53,27 @@ def _seed_band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return mean, mean - half, mean + half
 
 
+HELDOUT_LABELS = {
+    "mean": "distribution mean",
+    "best": "best-so-far genome",
+}
+"""What each held-out series of a run evaluates (`heldout_<genome>_*` fields)."""
+
+
 def plot_fitness(
     records: Sequence[Mapping[str, Any]],
     path: str | Path,
     *,
     title: str | None = None,
 ) -> Path:
-    """Fitness per generation: best so far, best and mean of each generation.
+    """Fitness per generation, led by held-out evaluations.
 
-    With several seeds each line is the mean over seeds and the shaded band its
-    95% confidence interval (Student's t over seeds); the legend says so.
+    Held-out evaluations (`heldout_mean_*`, `heldout_best_*` fields, where the
+    run made them) are points with 95% CI error bars over their lifetimes; the
+    training statistics follow as lines: best so far (training), best and
+    mean of each generation. With several seeds each line (and held-out point)
+    is the mean over seeds and the band (error bar) its 95% confidence
+    interval (Student's t over seeds); the legend says so.
 
     Arguments:
         records: `metrics.jsonl` records (`eqxevo.metrics.history_records`).
@@ -100,9 +113,42 @@ def fitness_figure(
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     x = np.asarray(generations)
+    entries: list[tuple[Any, str]] = []  # legend: held-out first
+    for genome, color in (("mean", "black"), ("best", "tab:red")):
+        values = grid(f"heldout_{genome}_mean")
+        points = np.any(np.isfinite(values), axis=0)
+        if not points.any():
+            continue
+        episodes = int(np.nanmax(grid(f"heldout_{genome}_episodes")))
+        what = HELDOUT_LABELS[genome]
+        if len(seeds) == 1:
+            centre = values[0, points]
+            low = grid(f"heldout_{genome}_ci_low")[0, points]
+            high = grid(f"heldout_{genome}_ci_high")[0, points]
+            label = f"held-out: {what} (95% CI, {episodes} lifetimes)"
+        else:
+            centre, low, high = _seed_band(values[:, points])
+            label = (
+                f"held-out: {what} (mean of {len(seeds)} seeds, 95% CI over seeds; "
+                f"{episodes} lifetimes each)"
+            )
+        low = np.where(np.isfinite(low), low, centre)
+        high = np.where(np.isfinite(high), high, centre)
+        handle = ax.errorbar(
+            x[points],
+            centre,
+            yerr=np.stack([centre - low, high - centre]),
+            fmt="o-",
+            color=color,
+            ms=4,
+            lw=1.2,
+            capsize=3,
+            zorder=3,
+        )
+        entries.append((handle, label))
     colors = {"best_so_far": "tab:blue", "best": "tab:green", "mean": "tab:orange"}
     labels = {
-        "best_so_far": "best so far",
+        "best_so_far": "best so far (training)",
         "best": "best of the generation",
         "mean": "population mean",
     }
@@ -113,29 +159,25 @@ def fitness_figure(
             continue
         marker = "o" if len(x) == 1 else None
         if len(seeds) == 1:
-            ax.plot(
-                x, values[0], color=color, label=labels[name], lw=1.5, marker=marker
-            )
+            (line,) = ax.plot(x, values[0], color=color, lw=1.5, marker=marker)
+            entries.append((line, labels[name]))
         else:
             centre, low, high = _seed_band(values)
-            ax.plot(
-                x,
-                centre,
-                color=color,
-                label=f"{labels[name]} (mean of {len(seeds)} seeds)",
-                marker=marker,
-            )
+            (line,) = ax.plot(x, centre, color=color, marker=marker)
+            entries.append((line, f"{labels[name]} (mean of {len(seeds)} seeds)"))
             ax.fill_between(x, low, high, color=color, alpha=0.2, lw=0)
             banded = True
     if banded:
         from matplotlib.patches import Patch
 
-        handles, names = ax.get_legend_handles_labels()
-        handles.append(Patch(color="0.6", alpha=0.4, lw=0))
-        names.append(f"band: 95% CI of the mean over {len(seeds)} seeds (t)")
-        ax.legend(handles, names, loc="best", fontsize=8)
-    else:
-        ax.legend(loc="best", fontsize=8)
+        entries.append(
+            (
+                Patch(color="0.6", alpha=0.4, lw=0),
+                f"band: 95% CI of the mean over {len(seeds)} seeds (t)",
+            )
+        )
+    handles, names = zip(*entries, strict=True) if entries else ((), ())
+    ax.legend(list(handles), list(names), loc="best", fontsize=8)
     ax.set_xlabel("generation")
     ax.set_ylabel("fitness (higher is better)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

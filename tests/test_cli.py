@@ -2,6 +2,7 @@ import concurrent.futures
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,7 +40,8 @@ def test_run_resume_and_plot_from_the_command_line(tmp_path):
         main, ["run", *sets(SMALL), "--out", str(tmp_path), "--name", "r", "--quiet"]
     )
     assert result.exit_code == 0, result.output
-    assert "best fitness" in result.output
+    assert result.output.startswith("held-out fitness of the distribution mean ")
+    assert "best training fitness" in result.output
     result = runner.invoke(
         main, ["resume", str(tmp_path / "r"), "--set", "run.generations=6", "--quiet"]
     )
@@ -77,11 +79,14 @@ def test_strategies_lists_presets_and_evosax_algorithms():
 
 
 def test_every_command_has_help_with_an_example():
-    for command in ([], ["run"], ["resume"], ["plot"], ["strategies"]):
+    for command in ([], ["run"], ["resume"], ["plot"], ["eval"], ["strategies"]):
         result = CliRunner().invoke(main, [*command, "--help"])
         assert result.exit_code == 0
         assert "Example" in result.output
-    assert "run.checkpoint_every" in CliRunner().invoke(main, ["run", "--help"]).output
+    text = CliRunner().invoke(main, ["run", "--help"]).output
+    assert "run.checkpoint_every" in text
+    assert "run.eval_every = 0  # int >= 0; held-out evaluation every" in text
+    assert "run.eval_episodes = 32  # int >= 1; held-out lifetimes" in text
 
 
 @pytest.mark.slow
@@ -493,3 +498,95 @@ def test_a_population_of_ten_million_is_refused_fast_without_a_traceback(tmp_pat
     assert "run.batch_size" in error and "--devices" in error
     # the same name then works (nothing was checkpointed)
     assert not list((tmp_path / "big/checkpoints").glob("[0-9]*"))
+
+
+# -- eqxevo eval ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def evaluated_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("eval")
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            *sets([*SMALL, "run.eval_episodes=6"]),
+            "--out",
+            str(out),
+            "--name",
+            "r",
+            "--quiet",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    return out / "r"
+
+
+def _eval(*args):
+    return CliRunner().invoke(main, ["eval", *map(str, args)])
+
+
+def test_eval_prints_what_heldout_evaluate_gives_and_the_runs_final_record(
+    evaluated_run,
+):
+    from eqxevo.heldout import heldout_evaluate
+
+    built, genome = experiment.load_best_genome(evaluated_run)
+    (key,) = experiment.heldout_keys(built)
+    direct = heldout_evaluate(
+        key, built.fitness, genome, 6, filter_spec=built.strategy.filter_spec
+    )
+    result = _eval(evaluated_run)
+    assert result.exit_code == 0, result.output
+    half = (direct.ci_high - direct.ci_low) / 2
+    assert result.stdout == (
+        f"held-out fitness over 6 lifetimes: {direct.mean!r} ± {half:.4g} "
+        f"(95% CI [{direct.ci_low:.6g}, {direct.ci_high:.6g}])\n"
+    )
+    data = json.loads(_eval(evaluated_run, "--json").stdout)
+    assert data["mean"] == direct.mean and data["ci_low"] == direct.ci_low
+    summary = json.loads((evaluated_run / "summary.json").read_text())
+    for genome in ("best", "mean"):
+        data = json.loads(_eval(evaluated_run, "--genome", genome, "--json").stdout)
+        assert data["mean"] == summary["heldout"][genome]["mean"], genome
+    # the run's own seed names the run's stream; another seed, other lifetimes;
+    # fewer episodes are the first ones
+    same = json.loads(_eval(evaluated_run, "--seed", 0, "--json").stdout)
+    other = json.loads(_eval(evaluated_run, "--seed", 1, "--json").stdout)
+    assert same["mean"] == direct.mean and other["mean"] != direct.mean
+    assert other["stream"] == "seed 1"
+    four = json.loads(_eval(evaluated_run, "--episodes", 4, "--json").stdout)
+    assert four["mean"] == pytest.approx(float(direct.values[:4].mean()), rel=1e-12)
+    # one lifetime drawn: held-out episode 0
+    result = _eval(evaluated_run, "--render", evaluated_run / "life.png")
+    assert result.exit_code == 0, result.output
+    assert (evaluated_run / "life.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_eval_errors_are_one_line_messages(evaluated_run, tmp_path):
+    shutil.copytree(evaluated_run, tmp_path / "r", ignore=shutil.ignore_patterns("ch*"))
+    run_dir = tmp_path / "r"
+    result = _eval(tmp_path)
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: {tmp_path} holds no run (no config.toml)\n"
+    (run_dir / "mean_genome.eqx").unlink()
+    result = _eval(run_dir, "--genome", "mean")
+    assert result.stderr == (
+        f"Error: {run_dir} holds no mean_genome.eqx: the run has not finished a "
+        "segment\n"
+    )
+    path = run_dir / "best_genome.eqx"
+    path.write_bytes(path.read_bytes()[:20])
+    result = _eval(run_dir)
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"Error: {path} is damaged (")
+    assert result.stderr.count("\n") == 1
+    population_based = config.load(None, [*SMALL, "strategy.name=SimpleGA"])
+    (run_dir / "config.toml").write_text(config.dumps(population_based))
+    result = _eval(run_dir, "--genome", "mean")
+    assert result.stderr == (
+        "Error: strategy 'SimpleGA' (population family) has no distribution mean; "
+        "evaluate the best genome (--genome best)\n"
+    )
+    result = _eval(tmp_path / "missing")
+    assert result.exit_code == 2 and "does not exist" in result.stderr

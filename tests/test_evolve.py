@@ -512,6 +512,38 @@ def test_callback_can_stop_the_loop_after_its_chunk(key):
     assert tree_equal(result.state, full.state)  # the chunk in flight was dropped
 
 
+def test_align_ends_chunks_at_its_multiples_also_after_a_resume(key):
+    strategy = strategy_for("snes")
+    full = eqxevo.evolve(key, strategy, sphere, num_generations=11, chunk_size=4)
+    ends = []
+    before = eqx.debug.get_num_traces(_run_chunk)
+    first = eqxevo.evolve(
+        key,
+        strategy,
+        sphere,
+        num_generations=5,
+        chunk_size=4,
+        align=3,
+        callback=lambda chunk: ends.append(chunk.generation),
+    )
+    # resumed from generation 5: chunks still end at multiples of 3
+    second = eqxevo.evolve(
+        key,
+        strategy,
+        sphere,
+        num_generations=6,
+        chunk_size=4,
+        align=3,
+        state=first.state,
+        callback=lambda chunk: ends.append(chunk.generation),
+    )
+    assert ends == [3, 5, 6, 9, 11]
+    assert eqx.debug.get_num_traces(_run_chunk) == before  # no new program
+    assert tree_equal(second.state, full.state)
+    with pytest.raises(ValueError, match="align must be a positive Python int"):
+        eqxevo.evolve(key, strategy, sphere, num_generations=2, align=0)
+
+
 def test_host_work_on_a_chunk_overlaps_the_next_chunk(key, monkeypatch):
     # The order of events: chunk k + 1 is dispatched before chunk k reaches the
     # callback, so the device runs while the host works.

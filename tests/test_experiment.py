@@ -18,6 +18,7 @@ from eqxevo import config, experiment
 from eqxevo.checkpoint import Checkpointer, CheckpointError
 from eqxevo.cli import main
 from eqxevo.config import ConfigError
+from eqxevo.plots import fitness_figure
 
 SMALL = [
     "net.name=mlp",
@@ -94,11 +95,11 @@ def test_interrupt_checkpoints_the_last_complete_chunk(tmp_path, monkeypatch):
     calls = {"n": 0}
     real_update = experiment.Progress.update
 
-    def update_then_interrupt(self, records):
+    def update_then_interrupt(self, records, at=None):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
-        return real_update(self, records)
+        return real_update(self, records, at)
 
     monkeypatch.setattr(experiment.Progress, "update", update_then_interrupt)
     exp = small("run.checkpoint_every=100", "run.chunk_seconds=0")
@@ -486,3 +487,155 @@ def test_tensorboard_and_wandb_sinks_receive_every_generation(tmp_path, monkeypa
                 expected[(row["_step"], f"seed_{seed}/best")], rel=1e-6
             )
     assert not os.environ.get("WANDB_API_KEY")  # offline: no account needed
+
+
+# -- held-out evaluation --------------------------------------------------------------
+
+
+HELDOUT = [
+    key
+    for key in (
+        f"heldout_{g}_{f}"
+        for g in ("mean", "best")
+        for f in ("mean", "ci_low", "ci_high", "std", "episodes")
+    )
+]
+
+
+def _records(run_dir):
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_heldout_records_at_eval_every_and_the_end_compile_once(tmp_path):
+    from eqxevo.heldout import _episode_fitness, heldout_evaluate
+
+    # chunks of 3 would end at 3 and 6: eval_every=4 makes them end at 4 too
+    exp = small(
+        "run.generations=6",
+        "run.chunk_size=3",
+        "run.eval_every=4",
+        "run.eval_episodes=7",
+    )
+    before = eqx.debug.get_num_traces(_episode_fitness)
+    out = io.StringIO()
+    summary = experiment.run(exp, tmp_path / "r", stream=out)
+    # two evaluations (after 4 and 6 generations) of two genomes: one program
+    assert eqx.debug.get_num_traces(_episode_fitness) == before + 1
+    records = _records(tmp_path / "r")
+    with_heldout = [r["generation"] for r in records if "heldout_best_mean" in r]
+    assert with_heldout == [3, 5]  # the records of generations 4 and 6
+    last = records[-1]
+    assert set(HELDOUT) <= set(last) and last["heldout_mean_episodes"] == 7
+    assert last["heldout_mean_ci_low"] <= last["heldout_mean_mean"]
+    assert last["heldout_mean_mean"] <= last["heldout_mean_ci_high"]
+    held = summary["heldout"]
+    assert held["generation"] == 6
+    assert set(held) == {"mean", "best", "generation"}
+    assert held["best"] == {
+        "mean": last["heldout_best_mean"],
+        "ci_low": last["heldout_best_ci_low"],
+        "ci_high": last["heldout_best_ci_high"],
+        "std": last["heldout_best_std"],
+        "episodes": 7,
+    }
+    # the same number as a direct evaluation of the final state's mean
+    built = experiment.build(exp)
+    _, state = final_state(tmp_path / "r", built.initial_state())
+    (key,) = experiment.heldout_keys(built)
+    direct = heldout_evaluate(
+        key,
+        built.fitness,
+        built.strategy.mean(state),
+        7,
+        filter_spec=built.strategy.filter_spec,
+    )
+    assert held["mean"]["mean"] == direct.mean
+    # the progress display and the figure lead with it
+    text = out.getvalue()
+    assert "held-out evaluation at the end and every 4 generations: 2 genome(s)" in text
+    half = (held["mean"]["ci_high"] - held["mean"]["ci_low"]) / 2
+    assert (
+        f"generation 6/6  held-out mean {held['mean']['mean']:+.4g} ± {half:.2g}  "
+        "train best so far "
+    ) in text
+    (ax,) = fitness_figure(records).axes
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert texts[:2] == [
+        "held-out: distribution mean (95% CI, 7 lifetimes)",
+        "held-out: best-so-far genome (95% CI, 7 lifetimes)",
+    ]
+    assert "best so far (training)" in texts
+
+
+def test_heldout_stream_survives_interrupt_and_resume(tmp_path, monkeypatch):
+    import signal
+
+    from eqxevo.interrupts import StopRequest
+
+    exp = small(
+        "run.generations=8",
+        "run.chunk_size=3",
+        "run.eval_every=4",
+        "run.checkpoint_every=3",
+        "run.eval_episodes=5",
+    )
+    experiment.run(exp, tmp_path / "full", quiet=True)
+    stop = StopRequest(lambda: "stopped")
+    real_update = experiment.Progress.update
+
+    def update_then_stop(self, records, at=None):
+        real_update(self, records, at)
+        if self.done >= 4:  # after the evaluation at generation 4
+            stop.requested, stop.signum = True, signal.SIGINT
+
+    monkeypatch.setattr(experiment.Progress, "update", update_then_stop)
+    with pytest.raises(experiment.RunInterrupted):
+        experiment.run(exp, tmp_path / "part", quiet=True, stop=stop)
+    monkeypatch.setattr(experiment.Progress, "update", real_update)
+    part = tmp_path / "part"
+    assert Checkpointer(part / "checkpoints").generations() == [3, 4]
+    # resume from generation 3: the evaluation at 4 is made again, from the
+    # restored state, on the same lifetimes
+    shutil.rmtree(part / "checkpoints" / "4")
+    summary = experiment.resume(part, quiet=True)
+    full = (tmp_path / "full/metrics.jsonl").read_text()
+    assert (part / "metrics.jsonl").read_text() == full
+    assert [r["generation"] for r in _records(part) if "heldout_mean_mean" in r] == [
+        3,
+        7,
+    ]
+    full_summary = json.loads((tmp_path / "full/summary.json").read_text())
+    assert summary["heldout"] == full_summary["heldout"]
+
+
+def test_heldout_per_seed_and_population_algorithms_without_a_mean(tmp_path):
+    from eqxevo.heldout import heldout_evaluate
+
+    exp = small(
+        "run.num_seeds=2",
+        "run.generations=2",
+        "strategy.name=SimpleGA",
+        "run.eval_episodes=4",
+    )
+    summary = experiment.run(exp, tmp_path / "r", quiet=True)
+    records = _records(tmp_path / "r")
+    last = [r for r in records if r["generation"] == 1]
+    assert [r["seed"] for r in last] == [0, 1]
+    for r in last:  # SimpleGA has no mean: only the best genome is evaluated
+        assert "heldout_mean_mean" not in r and r["heldout_best_episodes"] == 4
+    assert [entry["mean"] for entry in summary["heldout"]] == [None, None]
+    built = experiment.build(exp)
+    _, state = final_state(tmp_path / "r", built.initial_state())
+    keys = experiment.heldout_keys(built)
+    for seed in (0, 1):
+        one = jax.tree.map(lambda x, k=seed: x[k], state)
+        direct = heldout_evaluate(
+            keys[seed],
+            built.fitness,
+            built.strategy.best(one),
+            4,
+            filter_spec=built.strategy.filter_spec,
+        )
+        assert summary["heldout"][seed]["best"]["mean"] == direct.mean
+        assert last[seed]["heldout_best_mean"] == direct.mean
+    assert not (tmp_path / "r/mean_genome.eqx").exists()

@@ -76,3 +76,30 @@ def test_heldout_evaluation_of_an_evolved_mean(key):
     held = heldout_evaluate(heldout_key(0), transcendental, mean, 32)
     assert held.ci_low <= held.mean <= held.ci_high
     assert held.num_episodes == 32
+
+
+def test_a_runs_heldout_keys_are_disjoint_from_its_selection_keys_per_seed():
+    # `eqxevo run` with num_seeds=2: each seed's held-out lifetimes against every
+    # key the run derives (the genome's key, each seed's init/run keys, the
+    # generation keys and every genome's episode key).
+    from eqxevo import config, experiment
+
+    exp = config.load(None, ["run.num_seeds=2", "strategy.population_size=16"])
+    built = experiment.build(exp)
+    genome_key, evolve_key = jr.split(jr.key(exp.run.seed))
+    used = _key_bytes(jnp.stack([genome_key, evolve_key]))
+    ids = jnp.arange(16)
+    init_keys, run_keys_ = run_keys(built.key, 2)
+    used |= _key_bytes(init_keys) | _key_bytes(run_keys_)
+    for seed in (0, 1):
+        for g in range(20):
+            ask, evaluate_key, tell = generation_keys(run_keys_[seed], g)
+            used |= _key_bytes(jnp.stack([ask, evaluate_key, tell]))
+            used |= _key_bytes(jax.vmap(jr.fold_in, (None, 0))(evaluate_key, ids))
+    held = experiment.heldout_keys(built)
+    episodes = [jax.vmap(jr.fold_in, (None, 0))(k, jnp.arange(64)) for k in held]
+    assert not used & (_key_bytes(episodes[0]) | _key_bytes(episodes[1]))
+    assert not _key_bytes(episodes[0]) & _key_bytes(episodes[1])  # seeds differ
+    # `--seed S` with S the run's own seed is the run's stream
+    again = experiment.heldout_keys(built, seed=exp.run.seed)
+    assert _key_bytes(jnp.stack(again)) == _key_bytes(jnp.stack(held))

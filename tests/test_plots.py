@@ -82,7 +82,7 @@ def test_fitness_figure_has_labels_a_title_and_integer_ticks():
     assert ax.get_ylabel() == "fitness (higher is better)"
     assert ax.get_title() == "run r: chemotaxis"
     assert _legend_texts(ax) == [
-        "best so far",
+        "best so far (training)",
         "best of the generation",
         "population mean",
     ]
@@ -99,7 +99,7 @@ def test_fitness_band_across_seeds_is_a_95_percent_ci_and_says_so():
     fig = fitness_figure(records)
     (ax,) = fig.axes
     texts = _legend_texts(ax)
-    assert "best so far (mean of 3 seeds)" in texts
+    assert "best so far (training) (mean of 3 seeds)" in texts
     assert texts[-1] == "band: 95% CI of the mean over 3 seeds (t)"
     band = ax.collections[0].get_paths()[0].vertices
     low, high = band[:, 1].min(), band[:, 1].max()
