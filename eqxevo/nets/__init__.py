@@ -3,6 +3,8 @@
 from .base import AbstractPolicy as AbstractPolicy, PolicyState as PolicyState
 from .batching import population_last as population_last
 from .factories import sparse_lif as sparse_lif, sparse_rate as sparse_rate
+from .fused import PallasLayout as PallasLayout
+from .layouts import make_layout as make_layout
 from .mlp import MLPPolicy as MLPPolicy
 from .neurons import (
     LIFNeurons as LIFNeurons,
@@ -26,7 +28,6 @@ from .propagate import (
     GatherLayout as GatherLayout,
     SegmentLayout as SegmentLayout,
     choose_layout as choose_layout,
-    make_layout as make_layout,
     propagate as propagate,
 )
 from .recurrent import (

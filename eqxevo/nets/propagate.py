@@ -363,34 +363,6 @@ _LAYOUT_CLASSES: dict[str, Callable[[Topology], AbstractLayout]] = {
 }
 
 
-def make_layout(
-    topology: Topology, layout: str = "auto", *, plastic: bool = False
-) -> AbstractLayout:
-    """Build the layout named `layout` (or the one `"auto"` picks) for `topology`.
-
-    Raises:
-        ValueError: `layout` is not `"auto"`, `"segment"`, `"gather"`, `"dense"`
-            or `"pallas"`.
-    """
-    if layout == "auto":
-        layout = choose_layout(
-            topology.num_neurons,
-            topology.num_edges,
-            topology.max_fan_in,
-            plastic=plastic,
-        )
-    if layout == "pallas":
-        from .fused import PallasLayout  # fused.py builds on this module
-
-        return PallasLayout(topology)
-    if layout not in _LAYOUT_CLASSES:
-        raise ValueError(
-            f"layout must be one of 'auto', {', '.join(map(repr, LAYOUTS))}, "
-            f"'pallas'; got {layout!r}"
-        )
-    return _LAYOUT_CLASSES[layout](topology)
-
-
 def _propagate_trailing(layout: AbstractLayout, data: tuple[Array, Array]) -> Array:
     weights, x = data
     return layout._propagate(weights, x)
@@ -430,6 +402,5 @@ __all__ = [
     "LayoutName",
     "SegmentLayout",
     "choose_layout",
-    "make_layout",
     "propagate",
 ]

@@ -41,6 +41,7 @@ from .._types import Array, Float, PRNGKey, Scalar
 from .base import AbstractPolicy
 from .batching import population_last
 from .fused import PallasLayout
+from .layouts import make_layout
 from .neurons import LIFNeurons, RateNeurons
 from .plasticity import (
     HebbianRule,
@@ -52,7 +53,7 @@ from .plasticity import (
     three_factor_update,
     update_trace,
 )
-from .propagate import AbstractLayout, make_layout
+from .propagate import AbstractLayout
 from .topology import Topology
 
 
