@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from helpers import Net, noisy_sphere
 import eqxevo
 from eqxevo import bench
 from eqxevo.bench import baselines, spawn
+from eqxevo.bench.hlo import loop_body_kernels
+from eqxevo.bench.kernels import memory_per_genome, milestone_kernels
 from eqxevo.bench.milestones import sample_population
 from eqxevo.bench.scaling import batch_memory
 from eqxevo.experiment import build
@@ -299,3 +302,72 @@ def test_micro_batching_shrinks_the_planned_memory():
     temp = [r["temp_bytes"] for r in records]
     assert temp[0] > temp[1] > temp[2]
     assert records[0]["trace_bytes_per_genome"] == 16 * 16 * 4
+
+
+def _scan_text(body, init, *extra):
+    def run(init, *extra):
+        return jax.lax.scan(lambda c, _: (body(c, *extra), None), init, None, length=7)[
+            0
+        ]
+
+    return jax.jit(run).lower(init, *extra).compile().as_text()
+
+
+def test_an_elementwise_chain_fuses_to_one_kernel_per_step():
+    text = _scan_text(lambda c: jnp.tanh(jnp.sin(c) * 2.0 + 1.0) - c, jnp.ones(8))
+    counts = loop_body_kernels(text)
+    # the chain, and the scan's counter increment
+    assert counts["by_opcode"] == {"fusion": 2}
+    assert counts["total"] == 2 and counts["trip_count"] == 7
+    assert counts["condition"] == 1 and counts["in_nested_loops"] == 0
+
+
+def test_non_fusible_ops_count_one_kernel_each():
+    chain = loop_body_kernels(_scan_text(lambda c: jnp.sin(c) * 2.0, jnp.ones(8)))
+    text = _scan_text(
+        lambda c, m: jnp.sort(jnp.sin(c) * 2.0) @ m, jnp.ones(8), jnp.ones((8, 8))
+    )
+    counts = loop_body_kernels(text)
+    assert counts["by_opcode"]["sort"] == 1 and counts["by_opcode"]["dot"] == 1
+    assert counts["total"] == chain["total"] + 2
+
+
+def test_a_nested_loop_counts_its_kernels_once_per_trip():
+    def body(c):
+        return jax.lax.fori_loop(0, 3, lambda i, x: jnp.sort(x) * 2.0, c)
+
+    counts = loop_body_kernels(_scan_text(body, jnp.ones(8)))
+    assert counts["by_opcode"]["sort"] == 3
+    assert counts["by_opcode"]["while"] == 1
+    assert counts["in_nested_loops"] >= 3 * 2  # sort + the inner loop's counter
+    assert counts["total"] == counts["top_level"] + counts["in_nested_loops"]
+    assert counts["loops"] == 2 and counts["trip_count"] == 7
+    with pytest.raises(ValueError, match="trip count 5"):
+        loop_body_kernels(_scan_text(body, jnp.ones(8)), trip_count=5)
+    with pytest.raises(ValueError, match="no while loop"):
+        loop_body_kernels(jax.jit(jnp.sin).lower(jnp.ones(3)).compile().as_text())
+
+
+def test_milestone_kernels_count_the_lifetime_loop_of_evaluate():
+    rows = milestone_kernels(
+        "L0", quick=True, options=("default", "copy insertion region analysis")
+    )
+    assert [r["option"] for r in rows] == ["default", "copy insertion region analysis"]
+    for r in rows:
+        assert r["kernels_per_step"] == r["top_level"] + r["in_nested_loops"]
+        assert r["by_opcode"]["fusion"] >= 1
+    # region analysis drops copies, and only copies
+    default, region = (r["by_opcode"] for r in rows)
+    assert region["copy"] < default["copy"]
+    assert region["fusion"] == default["fusion"]
+
+
+def test_bfloat16_traces_plan_fewer_bytes_per_genome_than_float32():
+    rows = memory_per_genome(quick=True, trace_dtypes=("float32", "bfloat16"))
+    f32, bf16 = (r["bytes_per_genome"] for r in rows)
+    assert bf16 < f32
+    # at least the traces' own halving: 128 neurons x fan-in 8 edges x 2 bytes
+    assert f32 - bf16 >= 128 * 8 * 2
+    for r in rows:
+        small, large = r["planned_bytes"]
+        assert large > small

@@ -9,13 +9,16 @@
     eqxevo bench --only layouts             # network layout sweep (long)
     eqxevo bench --only traces              # trace dtype drift
     eqxevo bench --only breakdown           # where an L0 step's time goes
+    eqxevo bench --only kernels             # kernels per lifetime step (HLO)
+    eqxevo bench --only memory              # L4 planned bytes per genome
     eqxevo bench --only pallas              # fused Pallas kernel vs XLA (GPU)
     eqxevo bench --only bits                # same bits across batch sizes, devices
     eqxevo bench --only gymnax              # 4 gymnax tasks vs evosax (30-60 min)
 
 Writes to `--out` (default `bench-out/`): `milestones.json`, `ratios.csv`,
 `cartpole.csv`, `scaling.csv` + `scaling.png`, `cache.json`, `layouts*.csv`,
-`traces.csv`, `pallas.csv`, `bits.csv`, `gymnax.csv` + `gymnax.md` (each `.csv`
+`traces.csv`, `breakdown.csv`, `kernels.csv`, `memory.csv`, `pallas.csv`,
+`bits.csv`, `gymnax.csv` + `gymnax.md` (each `.csv`
 with a `.json` twin holding the machine info) and `report.md`: the ratio table
 against the targets, saying by how much a missed target is missed.
 
@@ -36,6 +39,8 @@ from typing import Any
 PARTS = (
     "milestones",
     "breakdown",
+    "kernels",
+    "memory",
     "cartpole",
     "scaling",
     "cache",
@@ -49,7 +54,16 @@ PARTS = (
     "gymnax",
 )
 # "pallas" costs nothing without a GPU (one "not measured" row per point)
-DEFAULT_PARTS = ("milestones", "breakdown", "cartpole", "scaling", "cache", "pallas")
+DEFAULT_PARTS = (
+    "milestones",
+    "breakdown",
+    "kernels",
+    "memory",
+    "cartpole",
+    "scaling",
+    "cache",
+    "pallas",
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -116,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     runners = {
         "milestones": _milestones,
         "breakdown": _breakdown,
+        "kernels": _kernels,
+        "memory": _memory,
         "cartpole": _cartpole,
         "scaling": _scaling,
         "cache": _cache,
@@ -231,8 +247,73 @@ def _breakdown(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
     print("L0 breakdown...", flush=True)
     rows = l0_breakdown(quick=args.quick, repeats=args.repeats)
     write_records(args.out, "breakdown", meta, rows)
-    print(table(rows, ["variant", "population_size", "lifetime", "agent_steps_per_s"]))
+    print(
+        table(
+            rows,
+            [
+                "variant",
+                "population_size",
+                "lifetime",
+                "agent_steps_per_s",
+                "kernels_per_step",
+            ],
+        )
+    )
     return rows
+
+
+def _kernels(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
+    from . import spawn
+    from .common import table, write_records
+    from .kernels import milestone_kernels
+
+    print("kernels per lifetime step...", flush=True)
+    names = ("L0", "L2", "L4") if args.milestone == "all" else (args.milestone,)
+    rows = []
+    for name in names:
+        rows += milestone_kernels(name, quick=args.quick)
+        rows += spawn.call(
+            "eqxevo.bench.kernels:unrolled_threefry_kernels",
+            {"name": name, "quick": args.quick},
+        ).result
+    write_records(args.out, "kernels", meta, rows)
+    print(table(rows, KERNEL_COLUMNS))
+    return rows
+
+
+KERNEL_COLUMNS = [
+    "milestone",
+    "option",
+    "kernels_per_step",
+    "top_level",
+    "in_nested_loops",
+]
+
+
+def _memory(args: argparse.Namespace, meta: dict[str, Any]) -> dict:
+    from .common import table, write_records
+    from .kernels import chunk_donation, memory_per_genome
+
+    print("L4 planned memory per genome...", flush=True)
+    rows = memory_per_genome(quick=args.quick)
+    donation = chunk_donation(quick=args.quick)
+    write_records(args.out, "memory", meta, rows)
+    print(table(rows, MEMORY_COLUMNS))
+    print(
+        f"  one L4 chunk, P={donation['population_size']}: donating the state "
+        f"saves {donation['saved_bytes']} of {donation['plain']['planned_bytes']} "
+        "planned bytes",
+        flush=True,
+    )
+    return {"per_genome": rows, "donation": donation}
+
+
+MEMORY_COLUMNS = [
+    "trace_dtype",
+    "population_sizes",
+    "planned_bytes",
+    "bytes_per_genome",
+]
 
 
 def _cartpole(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:

@@ -34,6 +34,7 @@ from ..evolve import evolve
 from ..experiment import Built, build
 from . import baselines, spawn
 from .common import peak_memory, program_bytes, time_call
+from .hlo import loop_body_kernels
 
 MILESTONES: dict[str, dict[str, Any]] = {
     "L0": {
@@ -317,11 +318,13 @@ class _TrivialPolicy(eqx.Module):
 
 
 def l0_breakdown(*, quick: bool = False, repeats: int = 3) -> list[dict[str, Any]]:
-    """Agent-steps/s of the L0 lifetime and of its parts, one device.
+    """Agent-steps/s and kernels per step of the L0 lifetime and its parts.
 
     The full `rollout`; the network alone (fed its own outputs); the environment
     alone (a plain scan of `step` with a trivial policy); and `rollout` with the
-    trivial policy, with and without auto-reset.
+    trivial policy, with and without auto-reset. `kernels_per_step` counts what
+    XLA:CPU runs per lifetime step (`bench.hlo.loop_body_kernels`; of those,
+    `kernels_in_nested_loops` run inside the threefry loops of the step's keys).
     """
     from ..rollout import rollout
 
@@ -376,12 +379,21 @@ def l0_breakdown(*, quick: bool = False, repeats: int = 3) -> list[dict[str, Any
     for name, pop, fn in variants:
         run = eqx.filter_jit(lambda pop, key, fn=fn: evaluate(key, fn, pop)[0])
         _, wall, _ = time_call(lambda pop=pop, run=run: run(pop, jr.key(2)), repeats)
+        text = (
+            jax.jit(lambda pop, key, fn=fn: evaluate(key, fn, pop)[0])
+            .lower(pop, jr.key(2))
+            .compile()
+            .as_text()
+        )
+        kernels = loop_body_kernels(text, trip_count=t)
         rows.append(
             {
                 "variant": name,
                 "population_size": p,
                 "lifetime": t,
                 "agent_steps_per_s": p * t / wall,
+                "kernels_per_step": kernels["total"],
+                "kernels_in_nested_loops": kernels["in_nested_loops"],
             }
         )
     return rows

@@ -231,6 +231,61 @@ def write_report(results: dict[str, Any], out: Path) -> str:
                     ],
                 ),
             ]
+    if results.get("breakdown"):
+        lines += [
+            "",
+            "## Where an L0 step goes (one device)",
+            "",
+            table(
+                results["breakdown"],
+                [
+                    "variant",
+                    "population_size",
+                    "lifetime",
+                    "agent_steps_per_s",
+                    "kernels_per_step",
+                    "kernels_in_nested_loops",
+                ],
+            ),
+        ]
+    if results.get("kernels"):
+        lines += [
+            "",
+            "## Kernels per lifetime step (optimised HLO, by compile option)",
+            "",
+            table(
+                results["kernels"],
+                [
+                    "milestone",
+                    "option",
+                    "kernels_per_step",
+                    "top_level",
+                    "in_nested_loops",
+                ],
+            ),
+        ]
+    if results.get("memory"):
+        memory = results["memory"]
+        donation = memory["donation"]
+        lines += [
+            "",
+            "## L4 planned memory per genome (XLA memory analysis)",
+            "",
+            table(
+                memory["per_genome"],
+                [
+                    "trace_dtype",
+                    "population_sizes",
+                    "planned_bytes",
+                    "bytes_per_genome",
+                ],
+            ),
+            "",
+            f"One L4 `evolve` chunk at P={donation['population_size']}: donating "
+            f"the strategy-state carry saves {donation['saved_bytes']} of "
+            f"{donation['plain']['planned_bytes']} planned bytes "
+            f"({fmt(100 * donation['saved_fraction'])}%).",
+        ]
     if results.get("cartpole"):
         lines += [
             "",
