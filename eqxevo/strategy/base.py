@@ -9,7 +9,7 @@ an `AbstractFamily` in its own module (`distribution.py`, `population.py`,
 
 import abc
 import functools
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import equinox as eqx
 import jax
@@ -27,8 +27,28 @@ from .._types import (
     Scalar,
 )
 
-if TYPE_CHECKING:
-    from .strategy import Strategy
+
+@runtime_checkable
+class StrategyView(Protocol):
+    """What a family reads of its strategy; `eqxevo.Strategy` is one.
+
+    (A protocol rather than the class keeps the families below `strategy.py`.)
+    """
+
+    @property
+    def algorithm(self) -> Any: ...
+    @property
+    def params(self) -> Any: ...
+    @property
+    def layout(self) -> Any: ...
+    @property
+    def initial_flat(self) -> Any: ...
+    @property
+    def population_size(self) -> int: ...
+    @property
+    def init_scale(self) -> float: ...
+    @property
+    def name(self) -> str: ...
 
 
 class StrategyState(eqx.Module):
@@ -92,11 +112,11 @@ class AbstractFamily(eqx.Module):
         return population_size
 
     @abc.abstractmethod
-    def init(self, strategy: "Strategy", key: PRNGKey) -> Any:
+    def init(self, strategy: StrategyView, key: PRNGKey) -> Any:
         """evosax's state before the first generation."""
 
     def ask(
-        self, strategy: "Strategy", key: PRNGKey, inner: Any, generation: Array
+        self, strategy: StrategyView, key: PRNGKey, inner: Any, generation: Array
     ) -> tuple[Array, Any]:
         """`(flat population, evosax state)`; evosax's own `ask` by default."""
         del generation
@@ -105,7 +125,7 @@ class AbstractFamily(eqx.Module):
     @abc.abstractmethod
     def tell(
         self,
-        strategy: "Strategy",
+        strategy: StrategyView,
         key: PRNGKey,
         flat: FlatPopulation,
         fitness: Fitness,
@@ -115,14 +135,14 @@ class AbstractFamily(eqx.Module):
         """evosax's state after being told `fitness` (evosax's sign, all finite)."""
 
     def reference(
-        self, strategy: "Strategy", inner: Any, generation: Array
+        self, strategy: StrategyView, inner: Any, generation: Array
     ) -> Array | None:
         """Fitness (raw, evosax's sign) that a non-finite genome must rank below,
         beside the generation's own; None when the generation alone counts."""
         del strategy, inner, generation
         return None
 
-    def mean(self, strategy: "Strategy", inner: Any) -> Array:
+    def mean(self, strategy: StrategyView, inner: Any) -> Array:
         """The search mean(s), flat."""
         del inner
         raise TypeError(
@@ -130,7 +150,7 @@ class AbstractFamily(eqx.Module):
             "strategy.best(state)"
         )
 
-    def episode_ids(self, strategy: "Strategy") -> np.ndarray:
+    def episode_ids(self, strategy: StrategyView) -> np.ndarray:
         """Episode id per genome for `episodes="per_genome"`: genome i plays
         episode ids[i]; genomes that must be compared on equal terms (mirrored
         pairs) share one. Distinct ids by default."""

@@ -8,15 +8,12 @@ perturbation, not the luck of two draws). `tests/test_strategy.py` checks the
 declared pairs against what each algorithm's `ask` produces.
 """
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from .._types import Array, Fitness, FlatPopulation, PRNGKey
-from .base import AbstractFamily
-
-if TYPE_CHECKING:
-    from .strategy import Strategy
+from .base import AbstractFamily, StrategyView
 
 # Algorithms whose `ask` returns `[z, -z]` around the mean (rows i and i + P/2
 # mirror each other), and the attribute that switches it off, if any.
@@ -52,12 +49,12 @@ class DistributionFamily(AbstractFamily):
 
     name: ClassVar[str] = "distribution"
 
-    def init(self, strategy: "Strategy", key: PRNGKey) -> Any:
+    def init(self, strategy: StrategyView, key: PRNGKey) -> Any:
         return strategy.algorithm.init(key, strategy.initial_flat, strategy.params)
 
     def tell(
         self,
-        strategy: "Strategy",
+        strategy: StrategyView,
         key: PRNGKey,
         flat: FlatPopulation,
         fitness: Fitness,
@@ -67,11 +64,11 @@ class DistributionFamily(AbstractFamily):
         del generation
         return strategy.algorithm.tell(key, flat, fitness, inner, strategy.params)[0]
 
-    def mean(self, strategy: "Strategy", inner: Any) -> Array:
+    def mean(self, strategy: StrategyView, inner: Any) -> Array:
         del strategy
         return inner.mean
 
-    def episode_ids(self, strategy: "Strategy") -> np.ndarray:
+    def episode_ids(self, strategy: StrategyView) -> np.ndarray:
         return mirrored_episode_ids(strategy.algorithm, strategy.population_size)
 
 

@@ -15,7 +15,7 @@ evosax's `init` at the first `tell`.
 """
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -23,11 +23,8 @@ import jax.random as jr
 import jax.tree_util as jtu
 
 from .._types import Array, Fitness, FlatPopulation, PRNGKey
-from .base import AbstractFamily
+from .base import AbstractFamily, StrategyView
 from .stein import sample_around
-
-if TYPE_CHECKING:
-    from .strategy import Strategy
 
 
 class PopulationFamily(AbstractFamily):
@@ -35,7 +32,7 @@ class PopulationFamily(AbstractFamily):
 
     name: ClassVar[str] = "population"
 
-    def init(self, strategy: "Strategy", key: PRNGKey) -> Any:
+    def init(self, strategy: StrategyView, key: PRNGKey) -> Any:
         sample_key, init_key = jr.split(key)
         size = strategy.population_size
         points = sample_around(strategy, sample_key, size)
@@ -54,7 +51,7 @@ class PopulationFamily(AbstractFamily):
         return inner.replace(**replace)
 
     def ask(
-        self, strategy: "Strategy", key: PRNGKey, inner: Any, generation: Array
+        self, strategy: StrategyView, key: PRNGKey, inner: Any, generation: Array
     ) -> tuple[Array, Any]:
         algorithm, params = strategy.algorithm, strategy.params
 
@@ -68,7 +65,7 @@ class PopulationFamily(AbstractFamily):
 
     def tell(
         self,
-        strategy: "Strategy",
+        strategy: StrategyView,
         key: PRNGKey,
         flat: FlatPopulation,
         fitness: Fitness,
@@ -86,7 +83,7 @@ class PopulationFamily(AbstractFamily):
         return jax.lax.cond(generation == 0, first, later, inner)
 
     def reference(
-        self, strategy: "Strategy", inner: Any, generation: Array
+        self, strategy: StrategyView, inner: Any, generation: Array
     ) -> Array | None:
         # A failed genome must not displace a stored one. evosax stores *shaped*
         # fitness; only under identity shaping (the default) is it comparable

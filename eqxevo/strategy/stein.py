@@ -6,21 +6,18 @@ the genome itself, the others `genome + init_scale * N(0, I)`). evosax tells
 them together, with the fitness grouped per sub-population.
 """
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
 from .._types import Array, Fitness, FlatPopulation, PRNGKey
-from .base import AbstractFamily
+from .base import AbstractFamily, StrategyView
 from .distribution import mirrored_episode_ids
 
-if TYPE_CHECKING:
-    from .strategy import Strategy
 
-
-def sample_around(strategy: "Strategy", key: PRNGKey, count: int) -> Array:
+def sample_around(strategy: StrategyView, key: PRNGKey, count: int) -> Array:
     """`count` flat genomes: the initial genome, then the initial genome plus
     `init_scale * N(0, I)`."""
     noise = jr.normal(key, (count, strategy.layout.num_params), strategy.layout.dtype)
@@ -54,18 +51,18 @@ class SteinFamily(AbstractFamily):
             )
         return population_size // num_populations
 
-    def num_subpopulations(self, strategy: "Strategy") -> int:
+    def num_subpopulations(self, strategy: StrategyView) -> int:
         algorithm: Any = strategy.algorithm  # an SV_ES, which keeps the count
         return int(algorithm.num_populations)
 
-    def init(self, strategy: "Strategy", key: PRNGKey) -> Any:
+    def init(self, strategy: StrategyView, key: PRNGKey) -> Any:
         sample_key, init_key = jr.split(key)
         means = sample_around(strategy, sample_key, self.num_subpopulations(strategy))
         return strategy.algorithm.init(init_key, means, strategy.params)
 
     def tell(
         self,
-        strategy: "Strategy",
+        strategy: StrategyView,
         key: PRNGKey,
         flat: FlatPopulation,
         fitness: Fitness,
@@ -79,11 +76,11 @@ class SteinFamily(AbstractFamily):
         )
         return algorithm.tell(key, grouped, fitness, inner, strategy.params)[0]
 
-    def mean(self, strategy: "Strategy", inner: Any) -> Array:
+    def mean(self, strategy: StrategyView, inner: Any) -> Array:
         del strategy
         return inner.mean
 
-    def episode_ids(self, strategy: "Strategy") -> np.ndarray:
+    def episode_ids(self, strategy: StrategyView) -> np.ndarray:
         # Each sub-population samples like its base algorithm, one after another.
         size = strategy.algorithm.population_size
         blocks = [
