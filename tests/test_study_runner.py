@@ -132,3 +132,60 @@ def test_an_interrupt_keeps_every_runs_last_chunk_and_resumes(tmp_path, monkeypa
         == 6
         for r in study.runs
     )
+
+
+def test_a_complete_run_scores_its_final_genomes_on_held_out_lifetimes(
+    finished_study,  # noqa: F811
+):
+    from eqxevo.heldout import heldout_evaluate, heldout_key
+    from eqxevo.study.group import build_run
+    from eqxevo.study.runner import HELDOUT_EPISODES, _RunFiles
+
+    study = load(finished_study.file)
+    run = study.runs[3]
+    summary = json.loads(
+        (run_dir(finished_study.out, run) / "summary.json").read_text()
+    )
+    heldout = summary["heldout"]
+    assert heldout["generation"] == 6
+    files = _RunFiles(finished_study.out, build_run(run))
+    state = files.restore(6)
+    files.checkpoints.close()
+    strategy, fitness = files.member.built.strategy, files.member.built.fitness
+    for name, genome in (
+        ("mean", strategy.mean(state)),
+        ("best", strategy.best(state)),
+    ):
+        want = heldout_evaluate(
+            heldout_key(run.seed), fitness, genome, HELDOUT_EPISODES
+        )
+        got = heldout[name]
+        assert (got["mean"], got["ci_low"], got["ci_high"]) == (
+            want.mean,
+            want.ci_low,
+            want.ci_high,
+        )
+        assert got["episodes"] == HELDOUT_EPISODES
+    # cells.csv reports the search mean's held-out figures, training apart
+    row = cells_table(finished_study.out, study).iloc[3]
+    assert row["heldout_genome"] == "mean"
+    assert row["heldout_mean"] == heldout["mean"]["mean"]
+    assert row["heldout_best_mean"] == heldout["best"]["mean"]
+    assert row["best_fitness"] == summary["best_fitness"]
+
+
+def test_the_report_scores_complete_runs_whose_summary_lacks_held_out(
+    tmp_path,
+    finished_study,  # noqa: F811
+):
+    out = tmp_path / "out"
+    shutil.copytree(finished_study.out, out)
+    study = load(finished_study.file)
+    path = run_dir(out, study.runs[0]) / "summary.json"
+    summary = json.loads(path.read_text())
+    del summary["heldout"]  # as an older eqxevo left it
+    path.write_text(json.dumps(summary))
+    got = cells_table(out, study)
+    want = cells_table(finished_study.out, study)
+    assert _without_wall_time(got).equals(_without_wall_time(want))
+    assert "heldout" in json.loads(path.read_text())
