@@ -210,4 +210,6 @@ def test_example_studies_load_and_match_the_evolvable_parameter_count(path):
     counts = {
         arm: build_run(run).built.strategy.num_params for arm, run in first.items()
     }
-    assert counts == {"plastic": 1291, "non-plastic": 1291}
+    # the same network in both arms; the plastic genome adds the rule's 5
+    # coefficients (A, B, C, D, eta): matched to 0.4%
+    assert counts == {"plastic": 1291, "non-plastic": 1286}
