@@ -154,7 +154,8 @@ def _study(**table):
                 axes={"env.params.sensor_noise": [0.1]},
                 arms=[{"name": "lazy", "run.on_nonfinite": "ignore"}],
             ),
-            r"cell 'lazy,env.params.sensor_noise=0.1': run.on_nonfinite = 'ignore'",
+            r"cell 'lazy,env.params.sensor_noise=0.1': "
+            r'run.on_nonfinite = "ignore"; allowed',
         ),
         (
             _study(arms=[{"name": "x", "net.options.width.deep": 1}]),
