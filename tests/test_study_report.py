@@ -187,3 +187,25 @@ def test_figures_are_labelled_for_a_paper(finished_study):  # noqa: F811
     for line in ax.get_lines():  # a survival function: from 1 down to 0
         y = line.get_ydata()
         assert y[0] == 1.0 and y[-1] == 0.0 and np.all(np.diff(y) <= 0)
+
+
+def test_heldout_columns_take_the_best_genome_where_there_is_no_mean():
+    from eqxevo.study.report import heldout_columns
+
+    best = {"mean": 3.0, "ci_low": 2.0, "ci_high": 4.0, "std": 1.0, "episodes": 32}
+    mean = {"mean": 5.0, "ci_low": 4.5, "ci_high": 5.5, "std": 0.5, "episodes": 32}
+    with_mean = heldout_columns({"heldout": {"mean": mean, "best": best}})
+    assert with_mean == {
+        "heldout_mean": 5.0,
+        "heldout_ci_low": 4.5,
+        "heldout_ci_high": 5.5,
+        "heldout_genome": "mean",
+        "heldout_episodes": 32,
+        "heldout_best_mean": 3.0,
+    }
+    # a population-based algorithm (SimpleGA, ...) has no search mean
+    without = heldout_columns({"heldout": {"mean": None, "best": best}})
+    assert without["heldout_genome"] == "best"
+    assert (without["heldout_mean"], without["heldout_ci_high"]) == (3.0, 4.0)
+    # a run not complete yet has no held-out figures
+    assert set(heldout_columns({}).values()) == {None}
