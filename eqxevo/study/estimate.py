@@ -7,13 +7,10 @@ compilation); otherwise from the runs of the same program already complete in
 the output folder, if any.
 """
 
-import time
 from pathlib import Path
 from typing import Any
 
-import jax
-
-from ..evolve import evolve
+from ..evolve import Chunk, evolve
 from .group import Program, plan
 from .runner import read_summary, run_dir
 from .spec import Study
@@ -22,29 +19,30 @@ from .spec import Study
 def measure_program(program: Program) -> dict[str, float]:
     """Seconds of compilation (roughly) and of one generation of one run.
 
-    Two `evolve` calls of one generation each: the first compiles, the second
-    (continuing from the first's state) reuses the program and is timed alone.
+    One `evolve` call of two one-generation chunks: the first chunk's time
+    includes the compilation, the second reuses the program and is timed alone
+    (`Chunk.seconds` is when a chunk's results were ready).
     """
     first = Program(program.index, program.members[:1])
     keys, strategy, fitness = first.stacked()
-    episodes = first.experiment.run.episodes
-    seconds = []
-    state = None
-    for _ in range(2):
-        started = time.perf_counter()
-        result = evolve(
-            keys,
-            strategy,
-            fitness,
-            num_generations=1,
-            state=state,
-            episodes=episodes,
-            runs=1,
-        )
-        jax.block_until_ready(result.state)
-        seconds.append(time.perf_counter() - started)
-        state = result.state
-    return {"compile_s": max(seconds[0] - seconds[1], 0.0), "generation_s": seconds[1]}
+    ready: list[float] = []
+
+    def on_chunk(chunk: Chunk) -> bool:
+        ready.append(chunk.seconds)
+        return False
+
+    evolve(
+        keys,
+        strategy,
+        fitness,
+        num_generations=2,
+        chunk_size=1,
+        callback=on_chunk,
+        episodes=first.experiment.run.episodes,
+        runs=1,
+    )
+    generation = ready[1] - ready[0]
+    return {"compile_s": max(ready[0] - generation, 0.0), "generation_s": generation}
 
 
 def _from_runs(program: Program, out: Path) -> float | None:
