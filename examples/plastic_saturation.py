@@ -60,7 +60,7 @@ def lifetime(policy, env, params, key, steps, every=100):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--genomes", type=int, default=8)
     parser.add_argument(
