@@ -189,3 +189,39 @@ def test_the_report_scores_complete_runs_whose_summary_lacks_held_out(
     want = cells_table(finished_study.out, study)
     assert _without_wall_time(got).equals(_without_wall_time(want))
     assert "heldout" in json.loads(path.read_text())
+
+
+def test_sigterm_stops_after_the_running_chunk_with_every_run_saved(tmp_path):
+    # one program (one cell, two seeds): the smallest study a signal can stop
+    file = write_study(
+        tmp_path,
+        TINY.replace("[0.05, 0.3]", "[0.05]").replace(
+            '[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', ""
+        ),
+    )
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "eqxevo.cli", "study", "run"]
+    command += [str(file), "--out", str(out), "--quiet"]
+    log = tmp_path / "stderr.txt"
+    with log.open("wb") as stderr:
+        child = subprocess.Popen(command, stderr=stderr)
+        deadline = time.monotonic() + 300
+        while not any(p.stat().st_size for p in out.rglob("metrics.jsonl")):
+            assert child.poll() is None, log.read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=300) == 143, log.read_text()
+    assert "SIGTERM: stopping after the chunk" in log.read_text()
+    assert "Continue with the same command" in log.read_text()
+    study = load(file)
+    summaries = [
+        json.loads((run_dir(out, r) / "summary.json").read_text()) for r in study.runs
+    ]
+    # both runs of the program stopped after the same chunk, each saved
+    assert {s["generations"] for s in summaries} in ({2}, {4})
+    assert not any(s["complete"] for s in summaries)
+    assert run_study(study, out, quiet=True)["done"] == 2
+    for run in study.runs:
+        lines = (run_dir(out, run) / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(x)["generation"] for x in lines] == list(range(6))

@@ -116,7 +116,7 @@ def run(file: str, out: str | None, executor: str, quiet: bool) -> None:
       eqxevo study run study.toml --out /scratch/me/study --executor slurm
     """
     from ..checkpoint import CheckpointError
-    from ..interrupts import StopRequest
+    from ..interrupts import StopRequest, exit_code
     from .executor import (
         LocalExecutor,
         SubmititExecutor,
@@ -149,7 +149,7 @@ def run(file: str, out: str | None, executor: str, quiet: bool) -> None:
             f"command (eqxevo study run {file} --out {path}).",
             err=True,
         )
-        sys.exit(130)
+        sys.exit(exit_code(stop.signum) if stop.signum is not None else 130)
     except (StudyError, CheckpointError) as err:
         _fail(err)
         return
