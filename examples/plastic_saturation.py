@@ -4,10 +4,13 @@ Runs the L4 example's plastic network (examples/l4_long_horizon.toml) for one
 lifetime of `--steps` steps, for the initial genome and genomes drawn around it
 (SNES's first population), under a reward-modulation setting, and prints the
 fraction of plastic weights at the +-2 bound (time-averaged over the lifetime,
-and at its end), the mean |m| and the deaths. docs/studies.md has the table.
+and at its end), the mean |m| and the deaths. With `--runs`, the best genomes
+of finished runs instead (a study's plastic arm, say), each in its own run's
+environment. docs/studies.md has the tables.
 
     python examples/plastic_saturation.py --steps 100000
     python examples/plastic_saturation.py --steps 100000 --old   # m = raw reward
+    python examples/plastic_saturation.py --runs studies/l4-plasticity/runs/plastic/*
 """
 
 import argparse
@@ -19,6 +22,7 @@ import jax.numpy as jnp
 import jax.random as jr
 
 from eqxevo import config, experiment
+from eqxevo.experiment import load_best_genome
 
 
 def lifetime(policy, env, params, key, steps, every=100):
@@ -56,7 +60,7 @@ def lifetime(policy, env, params, key, steps, every=100):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--genomes", type=int, default=8)
     parser.add_argument(
@@ -66,7 +70,20 @@ def main() -> None:
         "before the fix",
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--runs", nargs="+", default=[], metavar="RUN_DIR", help="finished runs"
+    )
     args = parser.parse_args()
+    if args.runs:
+        loaded = [load_best_genome(path) for path in args.runs]
+        built = loaded[0][0]
+        # every array leaf batched: each seed has its own topology too
+        genomes = jax.tree.map(
+            lambda *g: jnp.stack(g) if eqx.is_array(g[0]) else g[0],
+            *(genome for _, genome in loaded),
+        )
+        report(built, genomes, args.runs, args.steps, eqx.is_array)
+        return
     exp = config.load("examples/l4_long_horizon.toml", args.set)
     if args.old:
         options = dict(exp.net.options)
@@ -90,23 +107,29 @@ def main() -> None:
         population,
         built.genome,
     )
-    evolvable, static = eqx.partition(genomes, eqx.is_inexact_array)
+    names = ["initial"] + [f"sample {i}" for i in range(1, args.genomes)]
+    report(built, genomes, names, args.steps, eqx.is_inexact_array)
+
+
+def report(built, genomes, names, steps, batched) -> None:
+    """Run each genome's lifetime (vmapped over the `batched` leaves) and print
+    one row per genome."""
+    evolvable, static = eqx.partition(genomes, batched)
     run = eqx.filter_jit(
         jax.vmap(
             lambda g, k: lifetime(
-                eqx.combine(g, static), built.env, built.env_params, k, args.steps
+                eqx.combine(g, static), built.env, built.env_params, k, steps
             )
         )
     )
-    keys = jr.split(jr.key(2), args.genomes)
+    keys = jr.split(jr.key(2), len(names))
     fraction, final, m, died = jax.device_get(run(evolvable, keys))
     eta = jax.device_get(genomes.rule.learning_rate)
     print(
         "  genome      eta  at bound (mean over lifetime)  at bound (end)  "
         "mean |m|  deaths"
     )
-    for i in range(args.genomes):
-        name = "initial" if i == 0 else f"sample {i}"
+    for i, name in enumerate(names):
         print(
             f"{name:>8}  {eta[i]:+7.3f}  {fraction[i]:30.2f}  {final[i]:14.2f}  "
             f"{m[i]:8.3f}  {int(died[i]):6d}"

@@ -36,3 +36,22 @@ def test_a_bad_study_file_fails_with_the_message(tmp_path):
     result = CliRunner().invoke(main, ["study", "run", str(path)])
     assert result.exit_code != 0
     assert "'run.seed' cannot be set in a study" in result.output
+
+
+def test_plan_measure_times_each_program_through_one_evolve_call(tmp_path):
+    # one cell, one seed: one program, compiled and timed (two generations)
+    from study_fixtures import TINY, write_study
+
+    text = TINY.replace("seeds = 2", "seeds = [0]").replace("[0.05, 0.3]", "[0.05]")
+    text = text.replace('[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', "")
+    file = write_study(tmp_path, text)
+    result = CliRunner().invoke(
+        main, ["study", "plan", str(file), "--measure", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    (program,) = json.loads(result.output)["programs"]
+    measured = program["measured"]
+    assert set(measured) == {"compile_s", "generation_s"}
+    assert program["seconds"] == pytest.approx(
+        measured["compile_s"] + measured["generation_s"] * 6
+    )

@@ -36,6 +36,7 @@ CELLS = pd.DataFrame(
         {
             "cell": cell.name,
             "seed": seed,
+            "heldout_mean": float(RNG.normal(-i, 2.0)),
             "final_mean_fitness": float(RNG.normal(i, 1.0)),
             "best_fitness": float(RNG.normal(2 * i, 0.5)),
         }
@@ -43,13 +44,6 @@ CELLS = pd.DataFrame(
         for seed in range(5)
     ]
 )
-
-
-@pytest.fixture(autouse=True)
-def _fewer_rliable_resamples(monkeypatch):
-    # rliable's intervals are not compared here (only bracketed): fewer
-    # resamples keep the tests quick
-    monkeypatch.setattr("eqxevo.study.report.RLIABLE_REPS", 200)
 
 
 def _scipy_ci(*samples, statistic):
@@ -76,10 +70,14 @@ def test_summary_statistics_match_numpy_and_scipy_on_fixed_data():
             ci = _scipy_ci(x, statistic=np.mean)
             assert row[f"{metric}_ci_low"] == pytest.approx(ci.low, rel=1e-12)
             assert row[f"{metric}_ci_high"] == pytest.approx(ci.high, rel=1e-12)
-            # IQM of 5 runs: scipy's 25%-trimmed mean; its CI brackets it
+            # IQM: scipy's 25%-trimmed mean, and its bootstrap CI
             iqm = stats.trim_mean(x, 0.25)
             assert row[f"{metric}_iqm"] == pytest.approx(iqm, rel=1e-12)
-            assert row[f"{metric}_iqm_ci_low"] <= iqm <= row[f"{metric}_iqm_ci_high"]
+            ci = _scipy_ci(
+                x, statistic=lambda v, axis: stats.trim_mean(v, 0.25, axis=axis)
+            )
+            assert row[f"{metric}_iqm_ci_low"] == pytest.approx(ci.low, rel=1e-12)
+            assert row[f"{metric}_iqm_ci_high"] == pytest.approx(ci.high, rel=1e-12)
 
 
 def test_comparisons_pair_cells_differing_in_one_factor_and_match_scipy():
@@ -101,6 +99,15 @@ def test_comparisons_pair_cells_differing_in_one_factor_and_match_scipy():
         assert row["p_value"] == pytest.approx(test.pvalue, rel=1e-12)
         greater = stats.mannwhitneyu(xa, xb, alternative="greater").statistic
         assert row["prob_improvement"] == pytest.approx(greater / 25, rel=1e-12)
+        ci = _scipy_ci(
+            xa,
+            xb,
+            statistic=lambda x, y, axis: (
+                stats.mannwhitneyu(x, y, axis=axis).statistic / 25
+            ),
+        )
+        assert row["prob_improvement_ci_low"] == pytest.approx(ci.low, rel=1e-12)
+        assert row["prob_improvement_ci_high"] == pytest.approx(ci.high, rel=1e-12)
     for metric in METRICS:
         rows = table[table["metric"] == metric]
         adjusted = stats.false_discovery_control(rows["p_value"], method="bh")
@@ -120,12 +127,26 @@ def test_the_report_writes_tables_figures_and_markdown(finished_study, tmp_path)
     path = write_report(finished_study.out, tmp_path)
     study = load(finished_study.file)
     cells = pd.read_csv(tmp_path / "cells.csv")
-    assert len(cells) == 8 and cells["complete"].all()
+    assert len(cells) == 8 and bool(cells["complete"].all())
     assert {"cell", "arm", "env.params.sensor_noise", "seed"} <= set(cells.columns)
+    assert list(cells.columns[:7]) == [
+        "cell",
+        "arm",
+        "env.params.sensor_noise",
+        "seed",
+        "heldout_mean",
+        "heldout_ci_low",
+        "heldout_ci_high",
+    ]
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert list(summary.columns[:3]) == ["cell", "n", "heldout_mean_mean"]
     assert list(pd.read_csv(tmp_path / "summary.csv")["n"]) == [2] * 4
     assert len(pd.read_csv(tmp_path / "comparisons.csv")) == 4 * len(METRICS)
     text = path.read_text()
     assert "4 cells x 2 seeds = 8 runs (8 complete), in 2 compiled programs" in text
+    assert "**Held-out final fitness**" in text
+    assert "**Training: final mean fitness**" in text
+    assert text.index("Held-out final fitness") < text.index("Training: best")
     for name in ("learning_curves", "final_fitness", "performance_profile"):
         assert f"({name}.png)" in text and (tmp_path / f"{name}.png").exists()
     assert cells_table(finished_study.out, study).shape[0] == 8
@@ -155,10 +176,36 @@ def test_figures_are_labelled_for_a_paper(finished_study):  # noqa: F811
         "mean, 95% bootstrap CI",
     }
 
-    fig = plots.performance_profile(
-        cells, "final_mean_fitness", "final mean fitness", reps=200
-    )
+    fig = plots.performance_profile(cells, "heldout_mean", "held-out final fitness")
     (ax,) = fig.axes
+    assert ax.get_xlabel() == "held-out final fitness (τ)"
     assert ax.get_ylabel() == "fraction of runs with score > τ"
-    assert len(ax.get_lines()) == 4
-    assert ax.get_legend().get_title().get_text() == "95% stratified-bootstrap CI"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        c.name for c in study.cells
+    ]
+    assert ax.get_legend().get_title().get_text() == "pointwise 95% CI (Greenwood)"
+    for line in ax.get_lines():  # a survival function: from 1 down to 0
+        y = line.get_ydata()
+        assert y[0] == 1.0 and y[-1] == 0.0 and np.all(np.diff(y) <= 0)
+
+
+def test_heldout_columns_take_the_best_genome_where_there_is_no_mean():
+    from eqxevo.study.report import heldout_columns
+
+    best = {"mean": 3.0, "ci_low": 2.0, "ci_high": 4.0, "std": 1.0, "episodes": 32}
+    mean = {"mean": 5.0, "ci_low": 4.5, "ci_high": 5.5, "std": 0.5, "episodes": 32}
+    with_mean = heldout_columns({"heldout": {"mean": mean, "best": best}})
+    assert with_mean == {
+        "heldout_mean": 5.0,
+        "heldout_ci_low": 4.5,
+        "heldout_ci_high": 5.5,
+        "heldout_genome": "mean",
+        "heldout_episodes": 32,
+        "heldout_best_mean": 3.0,
+    }
+    # a population-based algorithm (SimpleGA, ...) has no search mean
+    without = heldout_columns({"heldout": {"mean": None, "best": best}})
+    assert without["heldout_genome"] == "best"
+    assert (without["heldout_mean"], without["heldout_ci_high"]) == (3.0, 4.0)
+    # a run not complete yet has no held-out figures
+    assert set(heldout_columns({}).values()) == {None}

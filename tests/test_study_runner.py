@@ -132,3 +132,96 @@ def test_an_interrupt_keeps_every_runs_last_chunk_and_resumes(tmp_path, monkeypa
         == 6
         for r in study.runs
     )
+
+
+def test_a_complete_run_scores_its_final_genomes_on_held_out_lifetimes(
+    finished_study,  # noqa: F811
+):
+    from eqxevo.heldout import heldout_evaluate, heldout_key
+    from eqxevo.study.group import build_run
+    from eqxevo.study.runner import HELDOUT_EPISODES, _RunFiles
+
+    study = load(finished_study.file)
+    run = study.runs[3]
+    summary = json.loads(
+        (run_dir(finished_study.out, run) / "summary.json").read_text()
+    )
+    heldout = summary["heldout"]
+    assert heldout["generation"] == 6
+    files = _RunFiles(finished_study.out, build_run(run))
+    state = files.restore(6)
+    files.checkpoints.close()
+    strategy, fitness = files.member.built.strategy, files.member.built.fitness
+    for name, genome in (
+        ("mean", strategy.mean(state)),
+        ("best", strategy.best(state)),
+    ):
+        want = heldout_evaluate(
+            heldout_key(run.seed), fitness, genome, HELDOUT_EPISODES
+        )
+        got = heldout[name]
+        assert (got["mean"], got["ci_low"], got["ci_high"]) == (
+            want.mean,
+            want.ci_low,
+            want.ci_high,
+        )
+        assert got["episodes"] == HELDOUT_EPISODES
+    # cells.csv reports the search mean's held-out figures, training apart
+    row = cells_table(finished_study.out, study).iloc[3]
+    assert row["heldout_genome"] == "mean"
+    assert row["heldout_mean"] == heldout["mean"]["mean"]
+    assert row["heldout_best_mean"] == heldout["best"]["mean"]
+    assert row["best_fitness"] == summary["best_fitness"]
+
+
+def test_the_report_scores_complete_runs_whose_summary_lacks_held_out(
+    tmp_path,
+    finished_study,  # noqa: F811
+):
+    out = tmp_path / "out"
+    shutil.copytree(finished_study.out, out)
+    study = load(finished_study.file)
+    path = run_dir(out, study.runs[0]) / "summary.json"
+    summary = json.loads(path.read_text())
+    del summary["heldout"]  # as an older eqxevo left it
+    path.write_text(json.dumps(summary))
+    got = cells_table(out, study)
+    want = cells_table(finished_study.out, study)
+    assert _without_wall_time(got).equals(_without_wall_time(want))
+    assert "heldout" in json.loads(path.read_text())
+
+
+def test_sigterm_stops_after_the_running_chunk_with_every_run_saved(tmp_path):
+    # one program (one cell, two seeds): the smallest study a signal can stop
+    file = write_study(
+        tmp_path,
+        TINY.replace("[0.05, 0.3]", "[0.05]").replace(
+            '[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', ""
+        ),
+    )
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "eqxevo.cli", "study", "run"]
+    command += [str(file), "--out", str(out), "--quiet"]
+    log = tmp_path / "stderr.txt"
+    with log.open("wb") as stderr:
+        child = subprocess.Popen(command, stderr=stderr)
+        deadline = time.monotonic() + 300
+        while not any(p.stat().st_size for p in out.rglob("metrics.jsonl")):
+            assert child.poll() is None, log.read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=300) == 143, log.read_text()
+    assert "SIGTERM: stopping after the chunk" in log.read_text()
+    assert "Continue with the same command" in log.read_text()
+    study = load(file)
+    summaries = [
+        json.loads((run_dir(out, r) / "summary.json").read_text()) for r in study.runs
+    ]
+    # both runs of the program stopped after the same chunk, each saved
+    assert {s["generations"] for s in summaries} in ({2}, {4})
+    assert not any(s["complete"] for s in summaries)
+    assert run_study(study, out, quiet=True)["done"] == 2
+    for run in study.runs:
+        lines = (run_dir(out, run) / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(x)["generation"] for x in lines] == list(range(6))

@@ -154,7 +154,8 @@ def _study(**table):
                 axes={"env.params.sensor_noise": [0.1]},
                 arms=[{"name": "lazy", "run.on_nonfinite": "ignore"}],
             ),
-            r"cell 'lazy,env.params.sensor_noise=0.1': run.on_nonfinite = 'ignore'",
+            r"cell 'lazy,env.params.sensor_noise=0.1': "
+            r'run.on_nonfinite = "ignore"; allowed',
         ),
         (
             _study(arms=[{"name": "x", "net.options.width.deep": 1}]),
@@ -210,4 +211,6 @@ def test_example_studies_load_and_match_the_evolvable_parameter_count(path):
     counts = {
         arm: build_run(run).built.strategy.num_params for arm, run in first.items()
     }
-    assert counts == {"plastic": 1291, "non-plastic": 1291}
+    # the same network in both arms; the plastic genome adds the rule's 5
+    # coefficients (A, B, C, D, eta): matched to 0.4%
+    assert counts == {"plastic": 1291, "non-plastic": 1286}

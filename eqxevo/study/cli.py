@@ -116,7 +116,7 @@ def run(file: str, out: str | None, executor: str, quiet: bool) -> None:
       eqxevo study run study.toml --out /scratch/me/study --executor slurm
     """
     from ..checkpoint import CheckpointError
-    from ..cli import _sigterm_as_interrupt
+    from ..interrupts import StopRequest, exit_code
     from .executor import (
         LocalExecutor,
         SubmititExecutor,
@@ -127,21 +127,29 @@ def run(file: str, out: str | None, executor: str, quiet: bool) -> None:
 
     spec = _load(file)
     path = _out(spec, out)
-    chosen: Any = LocalExecutor()
+    # Before JAX starts: until a chunk is saved a signal exits at once; after,
+    # the first one stops after the running chunk (eqxevo.interrupts).
+    stop = StopRequest(
+        lambda: (
+            f"every run keeps its last saved chunk; continue with "
+            f"`eqxevo study run {file} --out {path}`"
+        )
+    )
+    chosen: Any = LocalExecutor(stop)
     if executor != "local":
         cluster = "slurm" if executor == "slurm" else "local"
         chosen = SubmititExecutor(cluster, spec.slurm)
-    _sigterm_as_interrupt()
     use_compilation_cache(path)
     try:
-        result = run_study(spec, path, chosen, quiet=quiet)
+        with stop:
+            result = run_study(spec, path, chosen, quiet=quiet)
     except KeyboardInterrupt:
         click.echo(
             f"\ninterrupted; every run keeps its last chunk. Continue with the same "
             f"command (eqxevo study run {file} --out {path}).",
             err=True,
         )
-        sys.exit(130)
+        sys.exit(exit_code(stop.signum) if stop.signum is not None else 130)
     except (StudyError, CheckpointError) as err:
         _fail(err)
         return

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..interrupts import StopRequest
 from .group import Program, plan
 from .progress import StudyProgress
 from .runner import (
@@ -30,7 +31,7 @@ from .runner import (
     run_program,
     save_plan,
 )
-from .spec import Study, StudyError
+from .spec import Study, StudyError, require
 
 
 def use_compilation_cache(out: str | Path) -> None:
@@ -53,13 +54,21 @@ class AbstractExecutor(abc.ABC):
 
 
 class LocalExecutor(AbstractExecutor):
-    """Run programs one after another in this process."""
+    """Run programs one after another in this process.
+
+    Arguments:
+        stop: an installed `eqxevo.interrupts.StopRequest` (the CLI's): a first
+            Ctrl-C/SIGTERM stops after the running chunk, every run saved.
+    """
+
+    def __init__(self, stop: StopRequest | None = None):
+        self.stop = stop
 
     def run(
         self, programs: Sequence[Program], out: Path, progress: StudyProgress
     ) -> None:
         for program in programs:
-            run_program(program, out, progress)
+            run_program(program, out, progress, self.stop)
 
 
 class ProgramJob:
@@ -131,7 +140,7 @@ class SubmititExecutor(AbstractExecutor):
     def run(
         self, programs: Sequence[Program], out: Path, progress: StudyProgress
     ) -> None:
-        import submitit
+        submitit = require("submitit", "--executor slurm")
 
         folder = out / "slurm"
         folder.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,12 @@
 """A study's figures, labelled for a paper: learning curves with CI bands, final
-fitness per cell, a performance profile.
+(held-out and training) fitness per cell, a performance profile.
 
 Each function draws on matplotlib's Agg canvas (no pyplot, no backend change),
 writes a PNG when given a path, and returns the `Figure` (tests read its
 labels and artists).
 """
 
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -122,41 +123,50 @@ def performance_profile(
     metric: str,
     label: str,
     path: str | Path | None = None,
-    *,
-    reps: int = 2000,
 ) -> Any:
-    """Fraction of each cell's runs scoring above tau (rliable's performance
-    profile), shaded by its 95% stratified-bootstrap CI."""
-    from rliable import library
+    """Fraction of each cell's runs scoring above tau (a performance profile,
+    Agarwal et al. 2021): the empirical survival function, shaded by its
+    pointwise 95% CI (`scipy.stats.ecdf`, Greenwood's formula)."""
+    from scipy import stats
 
     scores = {
-        cell: group[metric].dropna().to_numpy(np.float64)[:, None]
+        cell: group[metric].dropna().to_numpy(np.float64)
         for cell, group in cells.groupby("cell", sort=False)
     }
     scores = {k: v for k, v in scores.items() if v.size}
     fig, (ax,) = _figure()
     if scores:
-        everything = np.concatenate([v.ravel() for v in scores.values()])
+        everything = np.concatenate(list(scores.values()))
         span = max(float(np.ptp(everything)), 1e-9)
         taus = np.linspace(
-            everything.min() - 0.05 * span, everything.max() + 0.05 * span, 101
+            everything.min() - 0.05 * span, everything.max() + 0.05 * span, 201
         )
-        profiles, cis = library.create_performance_profile(scores, taus, reps=reps)
-        for cell, profile in profiles.items():
-            (line,) = ax.plot(taus, profile, lw=1.6, label=cell)
-            ax.fill_between(
-                taus,
-                cis[cell][0],
-                cis[cell][1],
-                color=line.get_color(),
-                alpha=0.2,
-                lw=0,
-            )
+        for cell, values in scores.items():
+            sf = stats.ecdf(values).sf
+            profile = sf.evaluate(taus)
+            (line,) = ax.step(taus, profile, where="post", lw=1.6, label=cell)
+            if values.size > 1:
+                with warnings.catch_warnings():
+                    # Greenwood's CI is undefined (NaN) where the estimate is 0
+                    # or 1: scipy warns, and no band is drawn there.
+                    warnings.filterwarnings(
+                        "ignore",
+                        message="The confidence interval is undefined",
+                        category=RuntimeWarning,
+                    )
+                    ci = sf.confidence_interval(0.95)
+                low, high = ci.low.evaluate(taus), ci.high.evaluate(taus)
+                low = np.where(np.isnan(low), profile, low)
+                high = np.where(np.isnan(high), profile, high)
+                ax.fill_between(
+                    taus, low, high, step="post", color=line.get_color(), alpha=0.15
+                )
     ax.set_xlabel(f"{label} (τ)")
     ax.set_ylabel("fraction of runs with score > τ")
+    ax.set_ylim(-0.02, 1.02)
     ax.set_title(f"Performance profile: {label}")
     ax.grid(alpha=0.3)
-    ax.legend(title="95% stratified-bootstrap CI", fontsize=8, title_fontsize=8)
+    ax.legend(title="pointwise 95% CI (Greenwood)", fontsize=8, title_fontsize=8)
     return _save(fig, path)
 
 

@@ -3,33 +3,38 @@
 `write_report(out)` reads the run directories of the study in `out` and writes
 to `out/report/`:
 
-- `cells.csv`: one row per run (cell, arm, axis values, seed and `RUN_COLUMNS`);
-- `summary.csv`: one row per cell: n, and for each of `METRICS` the mean, the
+- `cells.csv`: one row per run (cell, arm, axis values, seed, the held-out
+  figures `HELDOUT_COLUMNS` and the training figures `RUN_COLUMNS`);
+- `summary.csv`: one row per cell: n, and for each of `METRICS` (held-out final
+  fitness first, then the training figures, labelled as such) the mean, the
   standard deviation, a 95% bootstrap CI of the mean, and the interquartile
-  mean with its 95% stratified-bootstrap CI (rliable);
+  mean with its 95% bootstrap CI;
 - `comparisons.csv`: every pair of cells that differ in one factor (one axis,
   or the arm): the difference of means A - B with its 95% bootstrap CI, the
   two-sided Mann-Whitney U test (p, and p adjusted over all comparisons of a
-  metric by Benjamini-Hochberg), and the probability of improvement P(A > B)
-  (the common-language effect size; rliable, stratified-bootstrap CI);
+  metric by Benjamini-Hochberg), and the effect size P(A > B) = U / (n_A n_B),
+  the probability that a run of A beats a run of B (the common-language effect
+  size; 95% bootstrap CI resampling each cell apart);
 - `learning_curves.png`, `final_fitness.png`, `performance_profile.png`;
 - `report.md` gathering them.
 
-Statistics come from scipy (`stats.bootstrap`, `stats.mannwhitneyu`,
-`stats.false_discovery_control`) and rliable (Agarwal et al. 2021, "Deep
-reinforcement learning at the edge of the statistical precipice"); resampling
-uses fixed seeds, so a report is reproducible.
+Runs are compared on held-out fitness: the final genome's mean fitness over
+fresh lifetimes selection never played (`eqxevo.heldout`). Training fitness is
+the selection's own noisy episodes; the best of it is biased upward.
 
-Adding a per-run figure (held-out evaluation, say) is one change: a
-`summary.json` field listed in `RUN_COLUMNS`, and in `METRICS` to summarise and
-compare it.
+Statistics come from scipy (`stats.bootstrap`, `stats.trim_mean`,
+`stats.mannwhitneyu`, `stats.false_discovery_control`, `stats.ecdf`) and pandas;
+resampling uses fixed seeds, so a report is reproducible. The IQM follows
+Agarwal et al. 2021, "Deep reinforcement learning at the edge of the
+statistical precipice".
+
+Adding a per-run figure is one change: a `summary.json` field listed in
+`RUN_COLUMNS`, and in `METRICS` to summarise and compare it.
 """
 
-import contextlib
 import itertools
 import json
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,14 +42,25 @@ from typing import Any
 import numpy as np
 from jaxtyping import Float
 
-from .runner import load_plan, load_study, read_summary, run_dir
-from .spec import Study, format_value
+from .runner import ensure_heldout, load_plan, load_study, read_summary, run_dir
+from .spec import Study, format_value, require
+
+HELDOUT_COLUMNS: dict[str, str] = {
+    "heldout_mean": "held-out fitness of the final genome (mean over lifetimes)",
+    "heldout_ci_low": "95% CI of heldout_mean, low",
+    "heldout_ci_high": "95% CI of heldout_mean, high",
+    "heldout_genome": "which final genome: the search mean, or the best (no mean)",
+    "heldout_episodes": "held-out lifetimes per genome",
+    "heldout_best_mean": "held-out fitness of the best genome seen in training",
+}
+"""cells.csv columns from each run's held-out evaluation (summary.json's
+`"heldout"`; see `eqxevo.study.runner`)."""
 
 RUN_COLUMNS: dict[str, str] = {
     "generations": "generations run",
-    "final_mean_fitness": "population mean fitness in the last generation",
-    "final_best_fitness": "best fitness in the last generation",
-    "best_fitness": "best fitness seen in training (the selection's own episodes)",
+    "final_mean_fitness": "training: population mean fitness, last generation",
+    "final_best_fitness": "training: best fitness in the last generation",
+    "best_fitness": "training: best fitness seen (the selection's own episodes)",
     "agent_steps": "environment steps taken (P x T x generations)",
     "wall_time_s": "wall time, s (the run's share of its program's time)",
     "complete": "the run finished",
@@ -52,43 +68,59 @@ RUN_COLUMNS: dict[str, str] = {
 """cells.csv columns read from each run's summary.json, in order."""
 
 METRICS: dict[str, str] = {
-    "final_mean_fitness": "final mean fitness",
-    "best_fitness": "best fitness",
+    "heldout_mean": "held-out final fitness",
+    "final_mean_fitness": "training: final mean fitness",
+    "best_fitness": "training: best fitness",
 }
 """Per-run figures that summary.csv summarises and comparisons compare."""
 
 CONFIDENCE = 0.95
 RESAMPLES = 9999
-RLIABLE_REPS = 2000
 SEED = 0
 
 
 # -- tables -------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _seeded_rliable():
-    """rliable 1.2 seeds arch's bootstrap with `random_state`, which arch 7
-    deprecates (FutureWarning); the seed still works, so only that warning is
-    silenced, here."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", message="random_state is deprecated", category=FutureWarning
-        )
-        yield
+def heldout_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """`HELDOUT_COLUMNS` from a summary's `"heldout"` entry (None where absent):
+    the search mean's figures, or the best genome's where there is no mean."""
+    heldout = summary.get("heldout") or {}
+    best = heldout.get("best") or {}
+    final, genome = heldout.get("mean"), "mean"
+    if final is None:
+        final, genome = best, "best" if best else None
+    return {
+        "heldout_mean": final.get("mean"),
+        "heldout_ci_low": final.get("ci_low"),
+        "heldout_ci_high": final.get("ci_high"),
+        "heldout_genome": genome,
+        "heldout_episodes": final.get("episodes"),
+        "heldout_best_mean": best.get("mean"),
+    }
 
 
-def cells_table(out: str | Path, study: Study | None = None) -> Any:
-    """One row per run (a `pandas.DataFrame`); see the module docstring."""
-    import pandas as pd
+def cells_table(
+    out: str | Path, study: Study | None = None, *, heldout: bool = True
+) -> Any:
+    """One row per run (a `pandas.DataFrame`); see the module docstring.
+
+    `heldout`: score complete runs whose summary lacks a held-out evaluation
+    (`runner.ensure_heldout`, saved to their summary.json) first.
+    """
+    pd = require("pandas", "eqxevo study report")
 
     study = study or load_study(out)
     rows = []
     for run in study.runs:
-        summary = read_summary(run_dir(out, run))
+        if heldout:
+            summary = ensure_heldout(out, run)
+        else:
+            summary = read_summary(run_dir(out, run))
         row: dict[str, Any] = {"cell": run.cell.name, "arm": run.cell.arm}
         row.update({k: format_value(v) for k, v in run.cell.values.items()})
         row["seed"] = run.seed
+        row.update(heldout_columns(summary))
         row.update({k: summary.get(k) for k in RUN_COLUMNS})
         row["complete"] = bool(summary.get("complete", False))
         row["run_dir"] = str(Path("runs") / run.id)
@@ -115,29 +147,29 @@ def bootstrap_mean_ci(values: Float[np.ndarray, " runs"]) -> tuple[float, float]
 
 
 def iqm(values: Float[np.ndarray, " runs"]) -> tuple[float, float, float]:
-    """Interquartile mean and its 95% stratified-bootstrap CI (rliable)."""
-    from rliable import library, metrics
+    """Interquartile mean (`scipy.stats.trim_mean(x, 0.25)`) and its 95%
+    percentile-bootstrap CI (Agarwal et al. 2021 recommend the IQM over the mean
+    for few runs: it is less sensitive to one outlying seed)."""
+    from scipy import stats
 
-    x = np.asarray(values, np.float64).reshape(-1, 1)  # runs x tasks
-    if x.shape[0] < 2:
+    x = np.asarray(values, np.float64)
+    if x.size < 2:
         return float(x.mean()) if x.size else math.nan, math.nan, math.nan
-    with _seeded_rliable():
-        points, intervals = library.get_interval_estimates(
-            {"x": x},
-            lambda s: np.array([metrics.aggregate_iqm(s)]),
-            reps=RLIABLE_REPS,
-            random_state=np.random.RandomState(SEED),
-        )
-    return (
-        float(points["x"][0]),
-        float(intervals["x"][0, 0]),
-        float(intervals["x"][1, 0]),
+    result = stats.bootstrap(
+        (x,),
+        lambda v, axis: stats.trim_mean(v, 0.25, axis=axis),
+        confidence_level=CONFIDENCE,
+        n_resamples=RESAMPLES,
+        method="percentile",
+        rng=np.random.default_rng(SEED),
     )
+    ci = result.confidence_interval
+    return float(stats.trim_mean(x, 0.25)), float(ci.low), float(ci.high)
 
 
 def summary_table(cells: Any, metrics: Mapping[str, str] = METRICS) -> Any:
     """One row per cell: n and, per metric, mean, std, CIs and IQM."""
-    import pandas as pd
+    pd = require("pandas", "eqxevo study report")
 
     rows = []
     for cell, group in cells.groupby("cell", sort=False):
@@ -170,6 +202,13 @@ def _factors(study: Study) -> dict[str, dict[str, Any]]:
     }
 
 
+def _probability_of_improvement(x: np.ndarray, y: np.ndarray, axis: int) -> Any:
+    from scipy import stats
+
+    u = stats.mannwhitneyu(x, y, alternative="two-sided", axis=axis).statistic
+    return u / (x.shape[axis] * y.shape[axis])
+
+
 def comparisons_table(
     cells: Any, study: Study, metrics: Mapping[str, str] = METRICS
 ) -> Any:
@@ -179,8 +218,7 @@ def comparisons_table(
     ablation arm, a later axis value), B the earlier one: the difference is
     A - B, and P(A > B) is the probability that a run of A beats one of B.
     """
-    import pandas as pd
-    from rliable import library, metrics as rl_metrics
+    pd = require("pandas", "eqxevo study report")
     from scipy import stats
 
     factors = _factors(study)
@@ -222,17 +260,18 @@ def comparisons_table(
                 low, high = float(ci.low), float(ci.high)
                 test = stats.mannwhitneyu(xa, xb, alternative="two-sided")
                 u, p = float(test.statistic), float(test.pvalue)
-                with _seeded_rliable():
-                    points, intervals = library.get_interval_estimates(
-                        {"ab": [xa[:, None], xb[:, None]]},
-                        lambda x, y: np.array(
-                            [rl_metrics.probability_of_improvement(x, y)]
-                        ),
-                        reps=RLIABLE_REPS,
-                        random_state=np.random.RandomState(SEED),
-                    )
-                poi = float(points["ab"][0])
-                poi_low, poi_high = (float(v) for v in np.ravel(intervals["ab"]))
+                # P(A > B), ties counting one half: U / (n_a n_b), the
+                # common-language effect size; its CI resamples each cell apart.
+                poi = u / (xa.size * xb.size)
+                poi_ci = stats.bootstrap(
+                    (xa, xb),
+                    _probability_of_improvement,
+                    confidence_level=CONFIDENCE,
+                    n_resamples=RESAMPLES,
+                    method="percentile",
+                    rng=np.random.default_rng(SEED),
+                ).confidence_interval
+                poi_low, poi_high = float(poi_ci.low), float(poi_ci.high)
             row |= {
                 "difference_ci_low": low,
                 "difference_ci_high": high,
@@ -249,7 +288,7 @@ def comparisons_table(
     table["p_adjusted"] = math.nan
     for metric in metrics:
         rows_of = (table["metric"] == metric) & table["p_value"].notna()
-        if rows_of.any():
+        if bool(rows_of.any()):
             table.loc[rows_of, "p_adjusted"] = stats.false_discovery_control(
                 table.loc[rows_of, "p_value"].to_numpy(), method="bh"
             )
@@ -332,6 +371,11 @@ def _markdown(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def _episodes(cells: Any) -> str:
+    counts = sorted({int(n) for n in cells["heldout_episodes"].dropna()})
+    return "/".join(map(str, counts)) or "–"
+
+
 def write_report(out: str | Path, to: str | Path | None = None) -> Path:
     """Write the report of the study in `out` (to `out/report/` by default);
     returns the path of report.md. Runs not complete yet are left out of the
@@ -358,10 +402,9 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
     )
     plots.performance_profile(
         complete,
-        "final_mean_fitness",
-        METRICS["final_mean_fitness"],
+        "heldout_mean",
+        METRICS["heldout_mean"],
         to / "performance_profile.png",
-        reps=RLIABLE_REPS,
     )
 
     plan = load_plan(out)
@@ -375,27 +418,34 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
         f"Generations per run: {first.run.generations}; population "
         f"{first.strategy.population_size}; lifetime {first.run.lifetime} steps.",
         "",
-        "Fitness is the training evaluation (the episodes selection saw). *Final "
-        "mean fitness*: the population's mean in the last generation; *best "
-        "fitness*: the best single evaluation seen in the run.",
+        "*Held-out final fitness*: the final genome (the search distribution's "
+        "mean; the best genome for algorithms without one) scored on "
+        f"{_episodes(complete)} fresh lifetimes that selection never played "
+        "(eqxevo.heldout); runs are compared on it. *Training* figures come from "
+        "the episodes selection saw: the population's mean fitness in the last "
+        "generation, and the best single evaluation of the run (biased upward "
+        "by selection on noise).",
         "",
         "## Cells",
         "",
     ]
-    headers = ["cell", "n"]
-    for label in METRICS.values():
-        headers += [f"{label}: mean ± std", "95% CI", "IQM [95% CI]"]
-    rows = []
-    for _, row in summary.iterrows():
-        values: list[Any] = [row["cell"], int(row["n"])]
-        for metric in METRICS:
-            values += [
+    for metric, label in METRICS.items():
+        rows = [
+            [
+                row["cell"],
+                int(row["n"]),
                 f"{_fmt(row[f'{metric}_mean'])} ± {_fmt(row[f'{metric}_std'], 2)}",
                 _ci(row, metric),
                 f"{_fmt(row[f'{metric}_iqm'])} {_ci(row, f'{metric}_iqm')}",
             ]
-        rows.append(values)
-    lines += [_markdown(headers, rows), ""]
+            for _, row in summary.iterrows()
+        ]
+        lines += [
+            f"**{label[0].upper() + label[1:]}**",
+            "",
+            _markdown(["cell", "n", "mean ± std", "95% CI", "IQM [95% CI]"], rows),
+            "",
+        ]
     lines += ["## Comparisons", ""]
     if comparisons.empty:
         lines += ["No two cells differ in exactly one factor.", ""]
@@ -404,8 +454,8 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
             "Pairs of cells that differ in one factor. Difference = A − B of the "
             "means, 95% percentile-bootstrap CI; Mann–Whitney U two-sided, p "
             "adjusted over the comparisons of each metric (Benjamini–Hochberg); "
-            "P(A > B): probability that a run of A beats a run of B, 95% "
-            "stratified-bootstrap CI (rliable).",
+            "effect size P(A > B) = U / (n_A n_B): the probability that a run of "
+            "A beats a run of B (0.5: no effect), 95% bootstrap CI.",
             "",
         ]
         rows = []
@@ -415,6 +465,7 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
                     f"{row['factor']}: {row['a']} vs {row['b']}"
                     + (f" ({row['context']})" if row["context"] else ""),
                     METRICS[row["metric"]],
+                    f"{row['n_a']}, {row['n_b']}",
                     f"{_fmt(row['difference'])} {_ci(row, 'difference')}",
                     f"U={_fmt(row['mannwhitney_u'])}, p={_fmt(row['p_value'], 3)} "
                     f"(adj. {_fmt(row['p_adjusted'], 3)})",
@@ -424,7 +475,14 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
             )
         lines += [
             _markdown(
-                ["A vs B", "metric", "A − B [95% CI]", "Mann–Whitney", "P(A > B)"],
+                [
+                    "A vs B",
+                    "metric",
+                    "n_A, n_B",
+                    "A − B [95% CI]",
+                    "Mann–Whitney",
+                    "P(A > B) [95% CI]",
+                ],
                 rows,
             ),
             "",
@@ -448,6 +506,7 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
 
 
 __all__ = [
+    "HELDOUT_COLUMNS",
     "METRICS",
     "RUN_COLUMNS",
     "bootstrap_mean_ci",
@@ -455,6 +514,7 @@ __all__ = [
     "comparisons_table",
     "curve_band",
     "curves",
+    "heldout_columns",
     "iqm",
     "summary_table",
     "write_report",

@@ -9,7 +9,8 @@ A study's output folder:
         metrics.jsonl                one record per generation,
         checkpoints/                 the run's own orbax checkpoints,
         best_genome.eqx              its best genome, and
-        summary.json                 final figures; `"complete": true` marks it done
+        summary.json                 final figures; `"complete": true` marks it done;
+                                     `"heldout"`: the final genomes' held-out fitness
 
 `run_program` runs the group's unfinished runs with `evolve(..., runs=R)`; the
 callback splits each chunk's history and state by run, appends to each run's
@@ -18,8 +19,21 @@ newest checkpoint (runs a kill left at different generations continue in one
 program per generation), its metrics cut back to that generation, so a study
 killed at any moment and run again ends with the same records and states as
 an uninterrupted one. A run whose summary says complete is never run again.
+
+When a run completes, its final genomes are scored on held-out lifetimes
+(`eqxevo.heldout`: `HELDOUT_EPISODES` fresh lifetimes from
+`heldout_key(seed)`, which selection never played): the search distribution's
+mean (None for population-based algorithms) and the best genome seen, each with
+a 95% CI, in summary.json as
+
+    "heldout": {"mean": {"mean", "ci_low", "ci_high", "std", "episodes"} | null,
+                "best": {...}, "generation": G}
+
+`ensure_heldout` adds it to a complete run whose summary lacks it (a run
+finished by an older eqxevo), from the run's last checkpoint.
 """
 
+import contextlib
 import json
 import os
 import platform
@@ -37,10 +51,44 @@ from .. import config as config_module
 from ..checkpoint import Checkpointer
 from ..evolve import Chunk, evolve
 from ..experiment import RESUMABLE_CHANGES, save_genome
+from ..heldout import heldout_evaluate, heldout_key
+from ..interrupts import StopRequest
 from ..metrics import MetricsLog, history_records
-from .group import Member, Program
+from .group import Member, Program, build_run
 from .progress import StudyProgress
 from .spec import Run, Study, StudyError, _flatten, from_dict
+
+HELDOUT_EPISODES = 32
+"""Held-out lifetimes per final genome (see the module docstring)."""
+
+
+def heldout_record(
+    member: Member, state: Any, generation: int, num_episodes: int = HELDOUT_EPISODES
+) -> dict[str, Any]:
+    """The `"heldout"` entry of a run's summary (see the module docstring)."""
+    built = member.built
+    strategy = built.strategy
+    key = heldout_key(member.run.seed)
+
+    def score(genome: Any) -> dict[str, Any]:
+        result = heldout_evaluate(key, built.fitness, genome, num_episodes)
+        return {
+            "mean": result.mean,
+            "ci_low": result.ci_low,
+            "ci_high": result.ci_high,
+            "std": result.std,
+            "episodes": result.num_episodes,
+        }
+
+    best = strategy.best(state)
+    mean = None
+    if strategy.has_mean:
+        genome = strategy.mean(state)
+        shapes = [np.shape(x) for x in jtu.tree_leaves(genome)]
+        # Stein-variational algorithms have one mean per sub-population.
+        if shapes == [np.shape(x) for x in jtu.tree_leaves(best)]:
+            mean = score(genome)
+    return {"mean": mean, "best": score(best), "generation": generation}
 
 
 def run_dir(out: str | Path, run: Run) -> Path:
@@ -204,8 +252,10 @@ class _RunFiles:
         records = self.metrics.read()
         last = records[-1] if records else {}
         best = float(np.asarray(strategy.best_fitness(state)))
+        heldout = None
         if complete:
             save_genome(self.path / "best_genome.eqx", strategy.best(state))
+            heldout = heldout_record(self.member, state, generation)
         run = self.run.experiment.run
         summary = {
             "complete": complete,
@@ -223,7 +273,28 @@ class _RunFiles:
             "devices": [str(d) for d in jax.devices()],
             "host": platform.node(),
         }
+        if heldout is not None:
+            summary["heldout"] = heldout
         _write(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+
+def ensure_heldout(out: str | Path, run: Run) -> dict[str, Any]:
+    """The run's summary, with its `"heldout"` entry computed and saved first if a
+    complete run lacks it (from its last checkpoint; see the module docstring).
+    """
+    path = run_dir(out, run)
+    summary = read_summary(path)
+    if not summary.get("complete") or summary.get("heldout") is not None:
+        return summary
+    files = _RunFiles(Path(out), build_run(run))
+    try:
+        generation = summary["generations"]
+        state = files.restore(generation)
+        summary["heldout"] = heldout_record(files.member, state, generation)
+    finally:
+        files.checkpoints.close()
+    _write(path / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return summary
 
 
 def _stack(states: list[Any]) -> Any:
@@ -231,7 +302,10 @@ def _stack(states: list[Any]) -> Any:
 
 
 def _segment(
-    files: list[_RunFiles], start: int, progress: StudyProgress | None
+    files: list[_RunFiles],
+    start: int,
+    progress: StudyProgress | None,
+    stop: StopRequest | None = None,
 ) -> None:
     """Run `files`' runs, all at generation `start`, to the end in one program."""
     program = Program(0, tuple(f.member for f in files))
@@ -256,15 +330,21 @@ def _segment(
         latest.update(
             generation=chunk.generation, state=chunk.state, history=chunk.history
         )
-        for r, f in enumerate(files):
-            f.chunk(chunk.generation, _take(chunk.history, r), _take(chunk.state, r))
+        # A signal never exits while a chunk's files are written (stop.lock).
+        with stop.lock if stop is not None else contextlib.nullcontext():
+            for r, f in enumerate(files):
+                f.chunk(
+                    chunk.generation, _take(chunk.history, r), _take(chunk.state, r)
+                )
+            if stop is not None:
+                stop.work_done = True
         if progress is not None:
             best = np.asarray(chunk.best_fitness)
             finite = best[np.isfinite(best)]
             progress.advance(
                 added * len(files), float(finite.max()) if finite.size else None
             )
-        return False
+        return stop is not None and stop.requested
 
     interrupted: BaseException | None = None
     try:
@@ -306,12 +386,20 @@ def _segment(
         progress.finished(len(files))
     if interrupted is not None:
         raise interrupted
+    if stop is not None and stop.requested:
+        raise KeyboardInterrupt
 
 
 def run_program(
-    program: Program, out: str | Path, progress: StudyProgress | None = None
+    program: Program,
+    out: str | Path,
+    progress: StudyProgress | None = None,
+    stop: StopRequest | None = None,
 ) -> None:
     """Run the program's unfinished runs to the end (see the module docstring).
+
+    `stop`: the CLI's `eqxevo.interrupts.StopRequest`; a first Ctrl-C/SIGTERM
+    stops after the running chunk, every run saved, with `KeyboardInterrupt`.
 
     Raises:
         StudyError: a run directory holds another experiment, or a checkpoint
@@ -324,11 +412,14 @@ def run_program(
     for f in files:
         by_start.setdefault(f.start, []).append(f)
     for start in sorted(by_start):
-        _segment(by_start[start], start, progress)
+        _segment(by_start[start], start, progress, stop)
 
 
 __all__ = [
+    "HELDOUT_EPISODES",
     "check_run_dir",
+    "ensure_heldout",
+    "heldout_record",
     "is_done",
     "load_plan",
     "load_study",

@@ -158,6 +158,23 @@ def _with_seed(experiment: Experiment, seed: int) -> Experiment:
 # -- keys and values ----------------------------------------------------------------
 
 
+def require(module: str, purpose: str) -> Any:
+    """Import an optional dependency of `eqxevo study`, or say how to install it.
+
+    Raises:
+        StudyError: the module is not installed.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise StudyError(
+            f"{purpose} needs {module}, which is not installed: "
+            "pip install 'eqxevo[study]'"
+        ) from err
+
+
 def _field_type(section: str, name: str) -> Any:
     section_type = typing.get_type_hints(Experiment)[section]
     hints = typing.get_type_hints(section_type)
@@ -466,4 +483,5 @@ __all__ = [
     "format_value",
     "from_dict",
     "load",
+    "require",
 ]
