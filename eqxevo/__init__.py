@@ -22,6 +22,7 @@ from .fidelity import (
     combine_fidelities as combine_fidelities,
 )
 from .genome import GenomeLayout as GenomeLayout
+from .prng import fast_cpu_prng as fast_cpu_prng
 from .registry import PresetError as PresetError, strategies as strategies
 from .rollout import Trajectory as Trajectory, record as record, rollout as rollout
 from .sharding import (

@@ -10,6 +10,7 @@
     eqxevo bench --only traces              # trace dtype drift
     eqxevo bench --only breakdown           # where an L0 step's time goes
     eqxevo bench --only kernels             # kernels per lifetime step (HLO)
+    eqxevo bench --only threefry            # L0: eqxevo.fast_cpu_prng vs default
     eqxevo bench --only memory              # L4 planned bytes per genome
     eqxevo bench --only pallas              # fused Pallas kernel vs XLA (GPU)
     eqxevo bench --only bits                # same bits across batch sizes, devices
@@ -17,8 +18,8 @@
 
 Writes to `--out` (default `bench-out/`): `milestones.json`, `ratios.csv`,
 `cartpole.csv`, `scaling.csv` + `scaling.png`, `cache.json`, `layouts*.csv`,
-`traces.csv`, `breakdown.csv`, `kernels.csv`, `memory.csv`, `pallas.csv`,
-`bits.csv`, `gymnax.csv` + `gymnax.md` (each `.csv`
+`traces.csv`, `breakdown.csv`, `kernels.csv`, `threefry.csv`, `memory.csv`,
+`pallas.csv`, `bits.csv`, `gymnax.csv` + `gymnax.md` (each `.csv`
 with a `.json` twin holding the machine info) and `report.md`: the ratio table
 against the targets, saying by how much a missed target is missed.
 
@@ -40,6 +41,7 @@ PARTS = (
     "milestones",
     "breakdown",
     "kernels",
+    "threefry",
     "memory",
     "cartpole",
     "scaling",
@@ -58,6 +60,7 @@ DEFAULT_PARTS = (
     "milestones",
     "breakdown",
     "kernels",
+    "threefry",
     "memory",
     "cartpole",
     "scaling",
@@ -131,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         "milestones": _milestones,
         "breakdown": _breakdown,
         "kernels": _kernels,
+        "threefry": _threefry,
         "memory": _memory,
         "cartpole": _cartpole,
         "scaling": _scaling,
@@ -279,6 +283,30 @@ def _kernels(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
     write_records(args.out, "kernels", meta, rows)
     print(table(rows, KERNEL_COLUMNS))
     return rows
+
+
+def _threefry(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
+    from .common import table, write_records
+    from .prng import threefry_lowering
+
+    print("L0: unrolled threefry vs JAX's default lowering (two children)...")
+    rows = threefry_lowering("L0", quick=args.quick, repeats=args.repeats)
+    write_records(args.out, "threefry", meta, rows)
+    print(table(rows, THREEFRY_COLUMNS))
+    return rows
+
+
+THREEFRY_COLUMNS = [
+    "milestone",
+    "lowering",
+    "population_size",
+    "lifetime",
+    "compile_s",
+    "agent_steps_per_s",
+    "speedup",
+    "compile_ratio",
+    "same_bits",
+]
 
 
 KERNEL_COLUMNS = [

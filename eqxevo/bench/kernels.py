@@ -80,18 +80,14 @@ def unrolled_threefry_kernels(name: str, quick: bool) -> list[dict[str, Any]]:
 
     JAX lowers threefry on CPU to a rolled 5-trip loop (jax/_src/random/
     threefry2x32.py) to save compile time; every `fold_in`/`split` in a step
-    then runs a nested loop. This swaps in the unrolled lowering JAX uses on
-    other backends (the same integer arithmetic, so the same bits). It changes
-    the process's JAX for good: call it in a child (`bench.spawn`).
+    then runs a nested loop. `eqxevo.fast_cpu_prng` swaps in the unrolled
+    lowering JAX uses on other backends. It changes the process's JAX for good:
+    call this in a child (`bench.spawn`).
     """
-    from jax._src.interpreters import mlir
-    from jax._src.random import threefry2x32
+    from ..prng import fast_cpu_prng
 
-    mlir.register_lowering(
-        threefry2x32.threefry2x32_p,
-        threefry2x32._threefry2x32_lowering_rule,
-        platform="cpu",
-    )
+    if not fast_cpu_prng():
+        raise RuntimeError("fast_cpu_prng() could not register its lowering")
     rows = milestone_kernels(name, quick=quick, options=("default",))
     return [{**r, "option": "unrolled threefry (child process)"} for r in rows]
 

@@ -264,6 +264,26 @@ def write_report(results: dict[str, Any], out: Path) -> str:
                 ],
             ),
         ]
+    if results.get("threefry"):
+        lines += [
+            "",
+            "## L0: unrolled threefry (`eqxevo.fast_cpu_prng`) vs JAX's default "
+            "CPU lowering (child processes)",
+            "",
+            table(
+                results["threefry"],
+                [
+                    "lowering",
+                    "population_size",
+                    "lifetime",
+                    "compile_s",
+                    "agent_steps_per_s",
+                    "speedup",
+                    "compile_ratio",
+                    "same_bits",
+                ],
+            ),
+        ]
     if results.get("memory"):
         memory = results["memory"]
         donation = memory["donation"]

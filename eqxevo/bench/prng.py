@@ -1,0 +1,104 @@
+"""Unrolled threefry (`eqxevo.fast_cpu_prng`) against JAX's default CPU lowering.
+
+The lowering is registered for a whole process, so each side runs in its own
+child process (`bench.spawn`): one calls `eqxevo.fast_cpu_prng()` first, the
+other leaves JAX as it is. Each times `evolve` on a milestone
+(`bench.milestones.time_evolve`: compile time, then the median steady
+generation) and reports the run's best fitness as hex, so the report also shows
+that both sides computed the same bits. The ratio is unrolled / default
+agent-steps per second, taken in the same bench run.
+"""
+
+from typing import Any
+
+import numpy as np
+
+from . import spawn
+
+
+def threefry_side(
+    name: str,
+    unrolled: bool,
+    *,
+    quick: bool = False,
+    population_size: int | None = None,
+    lifetime: int | None = None,
+    num_generations: int = 2,
+    repeats: int = 3,
+) -> dict[str, Any]:
+    """One side of the comparison, run in a child process: time `evolve` on
+    milestone `name` (at `population_size`/`lifetime` if given), the unrolled
+    lowering registered first if `unrolled`."""
+    if unrolled:
+        from ..prng import fast_cpu_prng
+
+        if not fast_cpu_prng():
+            raise RuntimeError("fast_cpu_prng() could not register its lowering")
+    import jax
+
+    from ..config import from_dict, to_dict
+    from ..evolve import evolve
+    from ..experiment import build
+    from .milestones import milestone_experiment, time_evolve
+
+    table = to_dict(milestone_experiment(name, quick=quick))
+    if population_size is not None:
+        table["strategy"]["population_size"] = population_size
+    if lifetime is not None:
+        table["run"]["lifetime"] = lifetime
+    built = build(from_dict(table))
+    timing = time_evolve(built, num_generations=num_generations, repeats=repeats)
+    best = evolve(
+        built.key,
+        built.strategy,
+        built.fitness,
+        num_generations=num_generations,
+        chunk_size=num_generations,
+    ).best_fitness
+    p = built.strategy.population_size
+    t = built.experiment.run.lifetime
+    return {
+        "milestone": name,
+        "lowering": "unrolled" if unrolled else "default (rolled loop)",
+        "population_size": p,
+        "lifetime": t,
+        "compile_s": timing["compile_s"],
+        "generation_s": timing["generation_s"],
+        "agent_steps_per_s": p * t / timing["generation_s"],
+        "best_fitness_hex": np.asarray(jax.device_get(best)).tobytes().hex(),
+    }
+
+
+def threefry_lowering(
+    name: str,
+    *,
+    quick: bool = False,
+    population_size: int | None = None,
+    lifetime: int | None = None,
+    repeats: int = 3,
+) -> list[dict[str, Any]]:
+    """Both sides of milestone `name`, each in a child; the unrolled row carries
+    `speedup` (its agent-steps/s over the default's), `compile_ratio` and
+    `same_bits` (the two runs' best fitness equal bit for bit)."""
+    rows = [
+        spawn.call(
+            "eqxevo.bench.prng:threefry_side",
+            {
+                "name": name,
+                "unrolled": unrolled,
+                "quick": quick,
+                "population_size": population_size,
+                "lifetime": lifetime,
+                "repeats": repeats,
+            },
+        ).result
+        for unrolled in (False, True)
+    ]
+    default, unrolled = rows
+    unrolled["speedup"] = unrolled["agent_steps_per_s"] / default["agent_steps_per_s"]
+    unrolled["compile_ratio"] = unrolled["compile_s"] / max(default["compile_s"], 1e-9)
+    unrolled["same_bits"] = unrolled["best_fitness_hex"] == default["best_fitness_hex"]
+    return rows
+
+
+__all__ = ["threefry_lowering", "threefry_side"]

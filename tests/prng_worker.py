@@ -1,0 +1,100 @@
+"""Runs `evolve` in a fresh process, with or without `eqxevo.fast_cpu_prng()`.
+
+`tests/test_prng.py` launches this script twice and compares what the two save
+bit for bit:
+
+    python tests/prng_worker.py OUT.npz unrolled
+    python tests/prng_worker.py OUT.npz default
+
+Every case is 3 generations of `evolve` (SNES, CMA_ES, Sep_CMA_ES, SimpleGA) on
+the L0 milestone shrunk and on a stranger fitness with key-dependent noise;
+every leaf of the result (state, history, best genome) is saved under
+`"{case}/{algorithm}/{leaf}"`, and the first generation's fitness statistics
+under `"{case}/{algorithm}/first/{statistic}"`. `"random/{i}"` are raw draws
+(bits, uniform, normal, split, fold_in) and `"while_loops"` counts the `while`
+ops in the compiled `jr.split`, to show which lowering the process used.
+"""
+
+import sys
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from helpers import Rosenbrock, transcendental
+
+# The same checks as the test suite (conftest).
+from jaxtyping import install_import_hook
+
+install_import_hook("eqxevo", "beartype.beartype")
+import eqxevo  # noqa: E402
+from eqxevo.bench.milestones import milestone_experiment  # noqa: E402
+from eqxevo.config import from_dict, to_dict  # noqa: E402
+from eqxevo.experiment import build  # noqa: E402
+
+ALGORITHMS = ("SNES", "CMA_ES", "Sep_CMA_ES", "SimpleGA")
+GENERATIONS = 3
+
+
+def l0(algorithm: str) -> eqxevo.EvolveResult:
+    table = to_dict(milestone_experiment("L0", quick=True))
+    table["strategy"].update(name=algorithm, population_size=8)
+    table["run"]["lifetime"] = 30
+    built = build(from_dict(table))
+    return eqxevo.evolve(
+        built.key, built.strategy, built.fitness, num_generations=GENERATIONS
+    )
+
+
+def stranger(algorithm: str) -> eqxevo.EvolveResult:
+    strategy = eqxevo.Strategy(algorithm, Rosenbrock(5), 8, maximize=True)
+    return eqxevo.evolve(
+        jr.key(7), strategy, transcendental, num_generations=GENERATIONS
+    )
+
+
+def leaves(tree: object) -> list[np.ndarray]:
+    out = []
+    for leaf in jax.tree.leaves(tree):
+        if jnp.issubdtype(jnp.asarray(leaf).dtype, jax.dtypes.prng_key):
+            leaf = jr.key_data(leaf)
+        out.append(np.asarray(jax.device_get(leaf)))
+    return out
+
+
+def main() -> None:
+    out, mode = sys.argv[1], sys.argv[2]
+    if mode == "unrolled":
+        assert eqxevo.fast_cpu_prng()
+        assert eqxevo.fast_cpu_prng()  # idempotent
+    saved = {}
+    key = jr.key(3)
+    draws = jax.jit(
+        lambda k: (
+            jr.bits(k, (4096,)),
+            jr.uniform(k, (4096,)),
+            jr.normal(k, (4096,)),
+            jr.key_data(jr.split(k, 64)),
+            jr.key_data(jax.vmap(lambda i: jr.fold_in(k, i))(jnp.arange(64))),
+        )
+    )(key)
+    for i, draw in enumerate(draws):
+        saved[f"random/{i}"] = np.asarray(draw)
+    split = jax.jit(lambda k: jr.split(k, 4)).lower(jr.key(0)).compile().as_text()
+    assert split is not None
+    saved["while_loops"] = np.asarray(split.count(" while("))
+    for case, run in (("l0", l0), ("stranger", stranger)):
+        for algorithm in ALGORITHMS:
+            result = run(algorithm)
+            tree = (result.state, result.history, result.best_genome)
+            for i, leaf in enumerate(leaves(tree)):
+                saved[f"{case}/{algorithm}/{i}"] = leaf
+            for statistic in ("best", "mean", "min", "max"):
+                saved[f"{case}/{algorithm}/first/{statistic}"] = np.asarray(
+                    result.history[statistic][0]
+                )
+    np.savez(out, **saved)
+
+
+if __name__ == "__main__":
+    main()
