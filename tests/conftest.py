@@ -44,3 +44,18 @@ def seed(request: pytest.FixtureRequest) -> int:
 @pytest.fixture
 def key(seed: int) -> jax.Array:
     return jr.key(seed)
+
+
+@pytest.fixture(autouse=True)
+def _no_persistent_cache_in_this_process(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`eqxevo study run` switches on JAX's persistent compilation cache for its
+    own process. Called in-process (click's CliRunner) it would do so for this
+    test worker for good, pointed at a temporary directory that other processes
+    write too; a worker compiled against such a cache crashed in XLA. Studies run
+    in child processes keep it (tests/test_study_runner.py)."""
+    if request.node.module.__name__.startswith("test_study"):
+        monkeypatch.setattr(
+            "eqxevo.study.executor.use_compilation_cache", lambda out: None
+        )
