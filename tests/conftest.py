@@ -4,6 +4,7 @@ beartype checking of every eqxevo function is switched on by
 `--jaxtyping-packages=eqxevo,beartype.beartype` in pyproject.toml.
 """
 
+import gc
 import os
 import zlib
 
@@ -46,16 +47,15 @@ def key(seed: int) -> jax.Array:
     return jr.key(seed)
 
 
-@pytest.fixture(autouse=True)
-def _no_persistent_cache_in_this_process(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`eqxevo study run` switches on JAX's persistent compilation cache for its
-    own process. Called in-process (click's CliRunner) it would do so for this
-    test worker for good, pointed at a temporary directory that other processes
-    write too; a worker compiled against such a cache crashed in XLA. Studies run
-    in child processes keep it (tests/test_study_runner.py)."""
-    if request.node.module.__name__.startswith("test_study"):
-        monkeypatch.setattr(
-            "eqxevo.study.executor.use_compilation_cache", lambda out: None
-        )
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Free each test module's compiled programs when it ends.
+
+    XLA:CPU maps every compiled program's code into the process. A test worker
+    that kept every program of the suite reached 47,000 memory maps, near
+    Linux's `vm.max_map_count` (65,530), and a worker past it crashed inside
+    XLA's compiler (a segmentation fault or an abort while compiling, in
+    whichever test came next)."""
+    yield
+    jax.clear_caches()
+    gc.collect()

@@ -14,7 +14,7 @@
     eqxevo bench --only memory              # L4 planned bytes per genome
     eqxevo bench --only pallas              # fused Pallas kernel vs XLA (GPU)
     eqxevo bench --only bits                # same bits across batch sizes, devices
-    eqxevo bench --only gymnax              # 4 gymnax tasks vs evosax (about 1 h)
+    eqxevo bench --only gymnax              # 4 gymnax tasks vs evosax (1-2 h)
 
 Writes to `--out` (default `bench-out/`): `milestones.json`, `ratios.csv`,
 `cartpole.csv`, `scaling.csv` + `scaling.png`, `cache.json`, `layouts*.csv`,

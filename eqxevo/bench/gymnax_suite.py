@@ -1,6 +1,6 @@
 """Harder gymnax tasks: eqxevo against evosax's `GymnaxProblem`, on held-out return.
 
-    eqxevo bench --only gymnax                       # the full table (about 1 h on 2 cores)
+    eqxevo bench --only gymnax                       # the full table (1-2 h on 2 cores)
     python -m eqxevo.bench.gymnax_suite --env Pendulum-v1 --algorithm snes
     python -m eqxevo.bench.gymnax_suite --quick      # the CI size
 
