@@ -287,26 +287,13 @@ def _kernels(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
 
 def _threefry(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict]:
     from .common import table, write_records
-    from .prng import threefry_lowering
+    from .prng import THREEFRY_COLUMNS, threefry_lowering
 
     print("L0: unrolled threefry vs JAX's default lowering (two children)...")
     rows = threefry_lowering("L0", quick=args.quick, repeats=args.repeats)
     write_records(args.out, "threefry", meta, rows)
     print(table(rows, THREEFRY_COLUMNS))
     return rows
-
-
-THREEFRY_COLUMNS = [
-    "milestone",
-    "lowering",
-    "population_size",
-    "lifetime",
-    "compile_s",
-    "agent_steps_per_s",
-    "speedup",
-    "compile_ratio",
-    "same_bits",
-]
 
 
 KERNEL_COLUMNS = [

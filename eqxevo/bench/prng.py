@@ -15,6 +15,19 @@ import numpy as np
 
 from . import spawn
 
+# the columns of the threefry table (`eqxevo bench --only threefry`, report.md)
+THREEFRY_COLUMNS = [
+    "milestone",
+    "lowering",
+    "population_size",
+    "lifetime",
+    "compile_s",
+    "agent_steps_per_s",
+    "speedup",
+    "compile_ratio",
+    "same_bits",
+]
+
 
 def threefry_side(
     name: str,
@@ -101,4 +114,4 @@ def threefry_lowering(
     return rows
 
 
-__all__ = ["threefry_lowering", "threefry_side"]
+__all__ = ["THREEFRY_COLUMNS", "threefry_lowering", "threefry_side"]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import fmt, table
+from .prng import THREEFRY_COLUMNS
 
 
 def _target(
@@ -270,19 +271,7 @@ def write_report(results: dict[str, Any], out: Path) -> str:
             "## L0: unrolled threefry (`eqxevo.fast_cpu_prng`) vs JAX's default "
             "CPU lowering (child processes)",
             "",
-            table(
-                results["threefry"],
-                [
-                    "lowering",
-                    "population_size",
-                    "lifetime",
-                    "compile_s",
-                    "agent_steps_per_s",
-                    "speedup",
-                    "compile_ratio",
-                    "same_bits",
-                ],
-            ),
+            table(results["threefry"], THREEFRY_COLUMNS[1:]),  # L0 only
         ]
     if results.get("memory"):
         memory = results["memory"]
