@@ -1,3 +1,4 @@
+import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -19,13 +20,35 @@ def test_mlp_policy_matches_numpy_reference(key):
     policy = MLPPolicy(4, 2, width=6, depth=2, key=key)
     obs = jr.normal(key, (4,))
     h = np.asarray(obs)
-    for i, layer in enumerate(policy.mlp.layers):
-        h = np.asarray(layer.weight) @ h + np.asarray(layer.bias)
+    for weight, bias in zip(policy.weights, policy.biases, strict=True):
+        h = h @ np.asarray(weight) + np.asarray(bias)
         h = np.tanh(h)  # hidden activation and final activation are both tanh
-        del i
     np.testing.assert_allclose(
         np.asarray(policy(obs, None)[0]), h, rtol=1e-5, atol=1e-6
     )
+
+
+def test_mlp_policy_stores_weights_in_out_from_equinox_initialisation(key):
+    """(in, out) weights: the transposes of `eqx.nn.MLP`'s with the same key,
+    so the initial policy is the same function."""
+    policy = MLPPolicy(3, 2, width=5, depth=2, key=key)
+    mlp = eqx.nn.MLP(3, 2, 5, 2, key=key)
+    assert [w.shape for w in policy.weights] == [(3, 5), (5, 5), (5, 2)]
+    for weight, bias, layer in zip(
+        policy.weights, policy.biases, mlp.layers, strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(weight), np.asarray(layer.weight).T)
+        np.testing.assert_array_equal(np.asarray(bias), np.asarray(layer.bias))
+
+
+def test_mlp_policy_depth_zero_is_one_layer(key):
+    policy = MLPPolicy(3, 2, width=5, depth=0, key=key)
+    assert [w.shape for w in policy.weights] == [(3, 2)]
+    obs = jnp.arange(3.0)
+    expected = np.tanh(
+        np.asarray(obs) @ np.asarray(policy.weights[0]) + np.asarray(policy.biases[0])
+    )
+    np.testing.assert_allclose(np.asarray(policy(obs, None)[0]), expected, rtol=1e-6)
 
 
 def test_mlp_policy_is_a_genome(key):

@@ -228,15 +228,12 @@ def mlp_from_flax(task: Task, flax_params: Any) -> Any:
     dense = flax_params["params"]
     layers = [dense[f"Dense_{i}"] for i in range(task.depth + 1)]
     return eqx.tree_at(
-        lambda p: [
-            leaf for layer in p.mlp.layers for leaf in (layer.weight, layer.bias)
-        ],
+        lambda p: (p.weights, p.biases),
         policy,
-        [
-            x
-            for layer in layers
-            for x in (jnp.asarray(layer["kernel"]).T, layer["bias"])
-        ],
+        (
+            tuple(jnp.asarray(layer["kernel"]) for layer in layers),
+            tuple(jnp.asarray(layer["bias"]) for layer in layers),
+        ),
     )
 
 
