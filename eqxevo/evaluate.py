@@ -17,14 +17,12 @@ Which key each genome gets (`episodes=`):
   ids under which an algorithm's mirrored pairs share (what `evolve` uses for
   `"per_genome"`).
 
-Shared episodes are episode id 0 for every genome: `fold_in(key, 0)` is
-derived once, outside the population vmap, and handed to every genome
-unbatched, so the environment's random draws are computed once per population
-rather than once per genome (L0: 1.8x agent-steps/s on one device). Their bits
-do not depend on `batch_size` or the device count: `eqxevo bench --only bits`
-and the tests of docs/reproducibility.md check it. (An earlier attempt failed
-that check before evaluation blocks were aligned to 16 genomes; see
-docs/reproducibility.md, mechanisms 3 and 5.)
+Shared episodes are episode id 0 for every genome, and each genome derives its
+key itself, inside the population vmap. Handing every genome one unbatched key
+instead would compute the environment's random draws once for the population,
+but those draws would then be fused into the batched computation differently
+for every batch width, and the fitness would change in its last bits with
+`batch_size` and the device count (measured; see docs/reproducibility.md).
 
 A genome's key depends on its index (or id) alone, never on how the population
 is split into micro-batches (`batch_size=`) or over devices (`mesh=`). Whether
@@ -229,7 +227,6 @@ def evaluate_genomes(
     static_arrays, static_other = eqx.partition(static, eqx.is_array)
     fn_arrays, fn_other = eqx.partition(fitness_fn, eqx.is_array)
     count = jtu.tree_leaves(evolvable)[0].shape[0]
-    shared_episodes = ids is None
     if ids is None:
         ids = jnp.zeros((count,), jnp.int32)
 
@@ -239,21 +236,9 @@ def evaluate_genomes(
         static = eqx.combine(static_arrays, static_other)
         fn = eqx.combine(fn_arrays, fn_other)
 
-        if shared_episodes:
-            # One key for the whole population, outside the vmap: the
-            # episode's random draws are computed once, not once per genome.
-            shared_key = jr.fold_in(key, 0)
-
-            def one(genome_evolvable: Any, episode: Array) -> tuple[Array, Any]:
-                del episode
-                genome = eqx.combine(genome_evolvable, static)
-                return _split_output(fn(genome, shared_key))
-
-        else:
-
-            def one(genome_evolvable: Any, episode: Array) -> tuple[Array, Any]:
-                genome = eqx.combine(genome_evolvable, static)
-                return _split_output(fn(genome, jr.fold_in(key, episode)))
+        def one(genome_evolvable: Any, episode: Array) -> tuple[Array, Any]:
+            genome = eqx.combine(genome_evolvable, static)
+            return _split_output(fn(genome, jr.fold_in(key, episode)))
 
         return _vmap_in_blocks(one, (genomes, genome_ids), batch_size)
 

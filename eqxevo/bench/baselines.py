@@ -20,9 +20,8 @@ second:
   tell, in one `jit` over a `lax.scan` of generations, on flat parameter
   vectors (no eqxevo machinery at all).
 - `hand_fused_genome_keys`: the same, with every genome deriving the episode
-  key itself inside the vmap, as `eqxevo.evaluate` did until 2026-11-23 (the
-  random draws are then computed per genome); `evaluate` now hands the
-  population one key, as `hand_fused` does.
+  key itself inside the vmap, as `eqxevo.evaluate` does (so the random draws
+  are computed per genome: what keeps its bits independent of batch size).
 
 The two Python loops are slow by design, so they time a few genomes and short
 lifetimes (`num_genomes`, `num_steps`): their rate per agent-step does not
@@ -309,8 +308,8 @@ def hand_fused(
     on `evolve`'s key schedule (`eqxevo.generation_keys`); the population's
     genomes are rebuilt from flat vectors inside the vmap (the only eqxevo piece
     used). Every genome plays the shared episode: one key for the population,
-    or with `genome_keys` derived by each genome inside the vmap (what
-    `evaluate` did until 2026-11-23; it now hands the population one key).
+    or with `genome_keys` derived by each genome inside the vmap, as `evaluate`
+    does.
 
     Returns:
         A record with `generation_s`, `compile_s` and `best`, the best fitness
