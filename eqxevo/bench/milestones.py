@@ -27,6 +27,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 
 from ..config import Experiment, from_dict
 from ..evaluate import evaluate
@@ -88,10 +89,17 @@ def milestone_experiment(name: str, *, quick: bool = False) -> Experiment:
 
 
 def time_evolve(
-    built: Built, *, num_generations: int, repeats: int, mesh: Any = None
+    built: Built,
+    *,
+    num_generations: int,
+    repeats: int,
+    mesh: Any = None,
+    best_bits: bool = False,
 ) -> dict[str, Any]:
     """Compile time and steady per-generation time of `evolve` on `built`
-    (sharded over `mesh` if given)."""
+    (sharded over `mesh` if given); with `best_bits`, also the timed runs' best
+    fitness as hex bytes (`best_fitness_hex`; every call runs the same key)."""
+    best: list[Any] = []
 
     def call() -> Any:
         result = evolve(
@@ -102,14 +110,18 @@ def time_evolve(
             chunk_size=num_generations,
             mesh=mesh,
         )
+        best[:] = [result.best_fitness]
         return result.best_fitness
 
     first, wall, cpu = time_call(call, repeats)
-    return {
+    timing: dict[str, Any] = {
         "compile_s": max(first - wall, 0.0),
         "generation_s": wall / num_generations,
         "generation_cpu_s": cpu / num_generations,
     }
+    if best_bits:
+        timing["best_fitness_hex"] = np.asarray(jax.device_get(best[0])).tobytes().hex()
+    return timing
 
 
 def sample_population(built: Built) -> Any:
