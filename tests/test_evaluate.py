@@ -14,7 +14,7 @@ from helpers import (
     transcendental,
     tree_equal,
 )
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from jaxtyping import TypeCheckError
 
 from eqxevo import Strategy
@@ -134,6 +134,8 @@ def test_evaluate_rejects_non_scalar_fitness(key):
     seed=st.integers(0, 99),
     episodes=st.sampled_from(["shared", "per_genome"]),
 )
+# found by Hypothesis against one unbatched key for shared episodes (2026-11-23)
+@example(size=17, batch_size=1, seed=0, episodes="shared")
 def test_micro_batched_evaluation_equals_unbatched(size, batch_size, seed, episodes):
     # batch_size need not divide the population: the last block is padded; blocks
     # are a multiple of BLOCK_ALIGN genomes, so every genome runs the same code.
