@@ -1,0 +1,66 @@
+"""Argument checks shared by every module: one message per kind of bad value."""
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int to Python; never a size or a count here.
+    return isinstance(value, int | np.integer) and not isinstance(
+        value, bool | np.bool_
+    )
+
+
+def positive_int(name: str, value: Any) -> int:
+    """`value` as an int, or a `ValueError` naming `name` unless it is an int >= 1."""
+    return int_at_least(name, value, 1)
+
+
+def int_at_least(name: str, value: Any, minimum: int) -> int:
+    """`value` as an int, or a `ValueError` unless it is an int >= `minimum`."""
+    if not _is_int(value) or value < minimum:
+        what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ValueError(f"{name} must be {what}; got {value!r}")
+    return int(value)
+
+
+def optional_positive_int(name: str, value: Any, none_means: str) -> int | None:
+    """`value` (None allowed, meaning `none_means`), else as `positive_int`."""
+    if value is None:
+        return None
+    if not _is_int(value) or value < 1:
+        raise ValueError(
+            f"{name} must be None ({none_means}) or a positive int; got {value!r}"
+        )
+    return int(value)
+
+
+def positive_number(name: str, value: Any) -> float:
+    """`value` as a float, or a `ValueError` unless it is a finite number > 0."""
+    if (
+        not isinstance(value, int | float | np.integer | np.floating)
+        or isinstance(value, bool | np.bool_)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
+    return float(value)
+
+
+def one_of(name: str, value: Any, allowed: tuple[Any, ...]) -> Any:
+    """`value`, or a `ValueError` listing `allowed`."""
+    if not isinstance(value, str | int | float | bool | None) or value not in allowed:
+        shown = " | ".join(repr(a) for a in allowed)
+        raise ValueError(f"{name} must be one of {shown}; got {value!r}")
+    return value
+
+
+__all__ = [
+    "int_at_least",
+    "one_of",
+    "optional_positive_int",
+    "positive_int",
+    "positive_number",
+]
