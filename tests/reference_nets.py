@@ -1,7 +1,8 @@
 """NumPy reference implementations of one step of every network piece (float64).
 
-Written from the equations in the module docstrings, edge by edge, without any of
-the layouts, so the JAX code is checked against an independent formulation.
+Written from the equations in the class docstrings (gathered in docs/networks.md),
+edge by edge, without any of the layouts, so the JAX code is checked against an
+independent formulation.
 """
 
 import math

@@ -24,9 +24,17 @@ import numpy as np
 import pytest
 import reference_nets as ref
 from hypothesis import given
-from test_nets_sparse import ACT, OBS, N, _params, _policy, _state, _step, _topology
+from test_nets_sparse import (
+    ACT,
+    OBS,
+    N,
+    _policy,
+    _step,
+    _topology,
+    check_steps_against_the_reference,
+    evolve_two_generations,
+)
 
-import eqxevo
 from eqxevo.nets import (
     HebbianRule,
     PlasticState,
@@ -46,7 +54,6 @@ from eqxevo.nets import (
 from eqxevo.nets.fused import PallasLayout, next_power_of_2, round_stochastically
 from eqxevo.nets.plasticity import random_bits
 
-TOL = {"rtol": 2e-5, "atol": 2e-5}  # float32 vs float64 over one step
 TRACE_DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -131,26 +138,7 @@ def test_pallas_propagation_equals_the_numpy_reference(topology, seed):
 def test_fused_policy_step_equals_the_numpy_reference(kind, plasticity):
     policy = _policy(kind, "pallas", plasticity)
     assert isinstance(policy.layout, PallasLayout)
-    p = _params(policy)
-    state = policy.initial_state(jr.key(1))
-    fired = 0.0
-    for t in range(6):
-        obs = jr.uniform(jr.fold_in(jr.key(2), t), (OBS,), minval=0.5, maxval=1.5)
-        reward = jnp.float32(0.5 - 0.2 * t)
-        ref_step = ref.rate_policy_step if kind == "rate" else ref.spiking_policy_step
-        want_action, want = ref_step(
-            p, np.asarray(obs, np.float64), _state(policy, state)
-        )
-        if plasticity == "reward":
-            want = ref.reinforce(p, want, float(reward), seen=t)
-        action, state = _step(policy, obs, state, reward)
-        got = _state(policy, state)
-        np.testing.assert_allclose(np.asarray(action), want_action, **TOL)
-        assert got.keys() == want.keys()
-        for name in want:
-            np.testing.assert_allclose(got[name], want[name], **TOL, err_msg=name)
-        fired += got.get("spikes", np.zeros(1)).sum()
-    assert action.shape == (ACT,)
+    fired = check_steps_against_the_reference(policy, 6)
     if kind == "spiking":
         assert fired > 0  # the test exercises firing (and the STDP gather of spikes)
 
@@ -478,30 +466,16 @@ def test_vmap_over_seeds_and_population_equals_a_per_genome_loop():
 
 def test_population_blocks_are_the_largest_power_of_two_factor():
     layout = PallasLayout(Topology.fixed_fan_in(12, 3, key=jr.key(0)))
-    assert layout._population_block(96, interpret=True) == 32
-    assert layout._population_block(7, interpret=True) == 1
-    assert layout._population_block(1024, interpret=False) == 256  # 16 x 256 tiles
+    assert layout.population_block(96, interpret=True) == 32
+    assert layout.population_block(7, interpret=True) == 1
+    assert layout.population_block(1024, interpret=False) == 256  # 16 x 256 tiles
     capped = PallasLayout(Topology.fixed_fan_in(12, 3, key=jr.key(0)), block_size=8)
-    assert capped._population_block(96, interpret=True) == 8
+    assert capped.population_block(96, interpret=True) == 8
 
 
 def test_fused_policy_runs_under_evaluate_and_the_strategy_and_compiles_once():
     policy = _policy("spiking", "pallas", "reward", trace_dtype="float16", scale=1.0)
-    strategy = eqxevo.Strategy("snes", policy, 4, maximize=True)
-    state = strategy.init(jr.key(0))
-
-    @eqx.debug.assert_max_traces(max_traces=1)
-    def fitness(genome, key):
-        actions, _, _ = _lifetime(genome, key, 8)
-        return jnp.sum(actions[:, 0])
-
-    for generation in range(2):
-        ask_key, eval_key, tell_key = eqxevo.generation_keys(jr.key(1), generation)
-        population, state = strategy.ask(ask_key, state)
-        assert population.layout.src.shape == policy.layout.src.shape  # shared
-        values, _ = eqxevo.evaluate(eval_key, fitness, population)
-        assert values.shape == (4,) and bool(jnp.all(jnp.isfinite(values)))
-        state, _ = strategy.tell(tell_key, population, values, state)
+    evolve_two_generations(policy, lambda g, k: _lifetime(g, k, 8)[0])
 
 
 def test_auto_picks_the_kernel_on_gpu_only():
@@ -553,7 +527,7 @@ def test_other_backends_are_refused_by_name(monkeypatch):
     layout = PallasLayout(Topology.fixed_fan_in(N, 3, key=jr.key(0)))
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
     with pytest.raises(ValueError, match=r"default backend is 'tpu'.*layout='gather'"):
-        layout._use_interpret()
+        layout.use_interpret()
 
 
 def _triton_dialect() -> bool:

@@ -85,8 +85,8 @@ def test_rate_units_are_leaky_integrators_and_evolvable():
     "build, match",
     [
         (lambda: RateNeurons(0), "num_neurons must be a positive int"),
-        (lambda: RateNeurons(3, dt=0.0), "dt must be a positive finite number"),
-        (lambda: RateNeurons(3, tau=-1.0), "tau must be a positive"),
+        (lambda: RateNeurons(3, dt=0.0), "dt must be a finite number > 0"),
+        (lambda: RateNeurons(3, tau=-1.0), "tau must be a finite number > 0"),
         (
             lambda: LIFNeurons(3, refractory_period=-1.0),
             "refractory_period must be >= 0",

@@ -160,12 +160,12 @@ def test_sixteen_bit_traces_halve_the_trace_memory_per_genome(key, layout):
         ),
         (lambda: HebbianRule(trace_dtype="int8"), "trace_dtype must be one of"),
         (lambda: HebbianRule(modulation="dopamine"), "modulation"),
-        (lambda: HebbianRule(modulation="neuron"), "needs modulator="),
+        (lambda: HebbianRule(modulation="neuron"), "needed by modulation='neuron'"),
         (lambda: HebbianRule(modulator=3), "only used with modulation='neuron'"),
         (lambda: HebbianRule(weight_bounds=(1.0, -1.0)), "low < high"),
         (lambda: HebbianRule(trace_decay=1.0), r"trace_decay must be in \[0, 1\)"),
         (lambda: HebbianRule(baseline_decay=1.5), "baseline_decay"),
-        (lambda: STDPRule(tau_plus=0.0), "tau_plus must be > 0"),
+        (lambda: STDPRule(tau_plus=0.0), "tau_plus must be a finite number > 0"),
     ],
 )
 def test_bad_rule_config_raises_a_clear_error(build, match):
@@ -221,7 +221,7 @@ def test_rules_default_to_a_bounded_reward_prediction_error():
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan")])
 def test_bad_reward_bound_raises_a_clear_error(bad):
-    with pytest.raises(ValueError, match="reward_bound must be None or a finite"):
+    with pytest.raises(ValueError, match="reward_bound must be a finite number > 0"):
         HebbianRule(reward_bound=bad)
 
 

@@ -140,28 +140,36 @@ CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("kind, layout, plasticity", CONFIGS)
-def test_policy_step_equals_the_numpy_reference(kind, layout, plasticity):
-    policy = _policy(kind, layout, plasticity)
+def check_steps_against_the_reference(policy, num_steps: int) -> float:
+    """Step `policy` (and reinforce it) `num_steps` times beside the NumPy
+    reference, asserting equal actions and states; returns the spikes fired."""
     p = _params(policy)
     state = policy.initial_state(jr.key(1))
-    obs_key = jr.key(2)
     fired = 0.0
-    for t in range(8):
-        obs = jr.uniform(jr.fold_in(obs_key, t), (OBS,), minval=0.5, maxval=1.5)
+    for t in range(num_steps):
+        obs = jr.uniform(jr.fold_in(jr.key(2), t), (OBS,), minval=0.5, maxval=1.5)
         reward = jnp.float32(0.5 - 0.2 * t)
-        before = _state(policy, state)
-        ref_step = ref.rate_policy_step if kind == "rate" else ref.spiking_policy_step
-        want_action, want = ref_step(p, np.asarray(obs, np.float64), before)
-        if plasticity == "reward":
+        spiking = isinstance(policy, SparseSpikingPolicy)
+        ref_step = ref.spiking_policy_step if spiking else ref.rate_policy_step
+        want_action, want = ref_step(
+            p, np.asarray(obs, np.float64), _state(policy, state)
+        )
+        if policy.rule is not None and policy.rule.modulation == "reward":
             want = ref.reinforce(p, want, float(reward), seen=t)
         action, state = _step(policy, obs, state, reward)
         got = _state(policy, state)
+        assert action.shape == (ACT,)
         np.testing.assert_allclose(np.asarray(action), want_action, **TOL)
         assert got.keys() == want.keys()
         for name in want:
             np.testing.assert_allclose(got[name], want[name], **TOL, err_msg=name)
         fired += got.get("spikes", np.zeros(1)).sum()
+    return fired
+
+
+@pytest.mark.parametrize("kind, layout, plasticity", CONFIGS)
+def test_policy_step_equals_the_numpy_reference(kind, layout, plasticity):
+    fired = check_steps_against_the_reference(_policy(kind, layout, plasticity), 8)
     if kind == "spiking":
         assert fired > 0  # the test exercises firing
 
@@ -276,28 +284,32 @@ def test_state_shapes_and_dtypes_are_static_across_steps(kind, layout, plasticit
     assert isinstance(policy, AbstractPolicy)
 
 
-@pytest.mark.slow
-def test_policy_evolves_under_strategy_with_a_shared_topology_and_compiles_once():
-    policy = _policy("rate", "gather", "reward", trace_dtype="bfloat16", scale=1.0)
+def evolve_two_generations(policy, actions) -> eqxevo.Strategy:
+    """Two SNES generations of `policy` under `eqxevo.evaluate`, with a fitness
+    (the sum of `actions(genome, key)[:, 0]`) that may be traced only once."""
     strategy = eqxevo.Strategy("snes", policy, 4, maximize=True)
     state = strategy.init(jr.key(0))
 
     @eqx.debug.assert_max_traces(max_traces=1)
     def fitness(genome, key):
-        actions, _ = _lifetime(genome, key, num_steps=20)
-        return jnp.sum(actions[:, 0])
+        return jnp.sum(actions(genome, key)[:, 0])
 
     for generation in range(2):
         ask_key, eval_key, tell_key = eqxevo.generation_keys(jr.key(1), generation)
         population, state = strategy.ask(ask_key, state)
         # topology and layout arrays are shared: never given a population axis
         assert population.layout.src.shape == policy.layout.src.shape
-        assert population.weights.shape == (4, E_MAX)
-        fitness_values, _ = eqxevo.evaluate(eval_key, fitness, population)
-        assert fitness_values.shape == (4,) and bool(
-            jnp.all(jnp.isfinite(fitness_values))
-        )
-        state, _ = strategy.tell(tell_key, population, fitness_values, state)
+        assert population.weights.shape == (4, policy.layout.num_edges)
+        values, _ = eqxevo.evaluate(eval_key, fitness, population)
+        assert values.shape == (4,) and bool(jnp.all(jnp.isfinite(values)))
+        state, _ = strategy.tell(tell_key, population, values, state)
+    return strategy
+
+
+@pytest.mark.slow
+def test_policy_evolves_under_strategy_with_a_shared_topology_and_compiles_once():
+    policy = _policy("rate", "gather", "reward", trace_dtype="bfloat16", scale=1.0)
+    strategy = evolve_two_generations(policy, lambda g, k: _lifetime(g, k, 20)[0])
     # layout and topology are not part of the search space
     num_rule = 5
     assert strategy.num_params == E_MAX + OBS + 2 * N + num_rule

@@ -1,17 +1,4 @@
-"""The policy protocol every network implements, and rollouts rely on.
-
-A policy is an Equinox module (so it can be a genome) that acts over a lifetime:
-
-    state = policy.initial_state(key)               # lifetime state
-    action, state = policy(obs, state)              # once per step
-    state = policy.reinforce(reward, state)         # after the env step
-
-The lifetime state holds everything that changes within a lifetime (neuron
-activations, membrane potentials, plastic weights, eligibility traces); the
-module itself holds what evolution sets (initial weights, rule coefficients,
-time constants) and what is shared (topology, configuration). Nothing in a
-policy's lifetime is ever written back into the genome.
-"""
+"""`AbstractPolicy`: the protocol every network implements and rollouts rely on."""
 
 import abc
 from typing import Any
@@ -26,6 +13,16 @@ PolicyState = Any
 
 class AbstractPolicy(eqx.Module):
     """A network acting over a lifetime: `policy(obs, state) -> (action, state)`.
+
+        state = policy.initial_state(key)          # at birth
+        action, state = policy(obs, state)         # once per step
+        state = policy.reinforce(reward, state)    # after the environment's step
+
+    The module holds what evolution sets (initial weights, rule coefficients,
+    time constants) and what a population shares (topology, configuration); the
+    lifetime state holds everything that changes within a lifetime (activations,
+    potentials, plastic weights, eligibility traces). Nothing a lifetime does is
+    written back into the genome.
 
     Subclasses provide `obs_size`, `action_size`, `initial_state` and `__call__`;
     plastic ones that use a reward signal also override `reinforce`.
@@ -51,3 +48,15 @@ class AbstractPolicy(eqx.Module):
         """
         del reward
         return state
+
+
+class AbstractStatelessPolicy(AbstractPolicy):
+    """A policy without lifetime state: `initial_state` is None, and so is the
+    state `__call__` receives and returns."""
+
+    def initial_state(self, key: PRNGKey) -> None:
+        del key
+        return None
+
+
+__all__ = ["AbstractPolicy", "AbstractStatelessPolicy", "PolicyState"]

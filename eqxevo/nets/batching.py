@@ -1,27 +1,5 @@
-"""Population-last batching: how a per-genome network step runs fast under vmap.
-
-Networks are written per genome (the policy protocol is per genome, and
-`eqxevo.evaluate` vmaps it over the population). The default vmap of a sparse step
-is slow on CPU: JAX batches `x[src]` and `segment_sum(..., dst)` with the
-population axis first, and XLA then gathers and scatters single elements with a
-stride of N (measured 4-20 ns per edge on a 2-core EPYC; see docs/performance.md).
-With the population axis *last*, the same gather copies contiguous rows of P
-values and the scatter adds contiguous rows (0.2-0.8 ns per edge).
-
-`population_last(fn)` gives a per-genome function whose vmap rule moves the
-population axis to the end, calls `fn` once for the whole population, and moves
-it back. `fn` is written for a trailing batch axis: every array of `data` (and of
-its output) has one, of size 1 for a single genome and P under vmap; `index`
-holds integer topology arrays and never has one. The moves sit behind
-`lax.optimization_barrier`: without it XLA fuses each transpose into its consumer
-as a strided read (measured 3.7 ns per element against 0.14 ns for the standalone
-transpose), and inside a `lax.scan` XLA's layout assignment then keeps the carried
-arrays population-minor, so most moves cost nothing at all.
-
-The rule is plain `jax.custom_batching.custom_vmap`: it nests (an outer vmap, over
-seeds say, batches the rule's body with JAX's own rules), and supports
-forward-mode differentiation but not reverse mode. When `index` itself is batched
-(a different topology per genome) it falls back to the ordinary vmap.
+"""`population_last`: a per-genome network step that, under vmap, runs the whole
+population at once with its axis last. See docs/networks.md ("Population-last").
 """
 
 from collections.abc import Callable
@@ -59,7 +37,9 @@ def population_last(
 
     Returns:
         `f(index, data) -> out` without the batch axis. `jax.vmap(f)` runs `fn`
-        once with the population as the trailing axis.
+        once with the population as the trailing axis; an outer vmap batches
+        that call with JAX's own rules; forward-mode differentiation works,
+        reverse mode does not (`custom_vmap`).
     """
 
     def per_genome(index: PyTree, data: PyTree) -> PyTree:
@@ -75,6 +55,8 @@ def population_last(
         axis_size: int, in_batched: list[Any], index: PyTree, data: PyTree
     ) -> tuple[PyTree, PyTree]:
         index_batched, data_batched = in_batched
+        # A batched index (a topology per genome) cannot share one gather: fall
+        # back to the ordinary vmap.
         if any(jax.tree.leaves(index_batched)):
             axes = jax.tree.map(
                 lambda b: 0 if b else None, (index_batched, data_batched)
@@ -82,6 +64,11 @@ def population_last(
             out = jax.vmap(per_genome, in_axes=axes)(index, data)
             return out, jax.tree.map(lambda _: True, out)
 
+        # The moves sit behind optimization barriers: without them XLA fuses each
+        # transpose into its consumer as a strided read (3.7 ns per element
+        # against 0.14 ns for the standalone transpose). Inside a scan, layout
+        # assignment then keeps the carried arrays population-minor, and most
+        # moves cost nothing.
         # One barrier per leaf: a loop-invariant input (the genome's weights inside
         # a rollout's scan) then stays loop-invariant, and XLA hoists its
         # transpose out of the loop. One barrier over everything would tie it to

@@ -1,56 +1,7 @@
-"""The fused Pallas step: propagation, neuron and trace updates in one kernel.
-
-`PallasLayout` ("pallas") stores per-edge values like `GatherLayout` (fixed
-in-degree, slot-major `[K, N]`), with the neuron axis padded to a power of two
-(`[K, N_pad]`, `N_pad = next_power_of_2(N)`: Triton only loads power-of-two
-tensors). A sparse policy on this layout runs each step as ONE `pallas_call`
-over the population, whose axis is last (`batching.population_last`); one
-program handles a block of genomes (`[N_pad, B]` tiles, B a power of two) and
-does, without writing anything in between to memory:
-
-1. propagation, slot by slot: `I += w[k] * x[src[k]]` (a row gather, no scatter);
-2. the neuron update (`neurons.rate_step` or `neurons.lif_step`) on `I` plus the
-   injected input current;
-3. for a plastic network, a second sweep over the slots: the Hebbian (ABCD) or
-   STDP increment, the eligibility-trace update `e <- lambda e + increment`
-   (float32, or float16/bfloat16 with the same counter-based stochastic
-   rounding as `plasticity.stochastic_round`), and, with `modulation="neuron"`,
-   the three-factor weight update `w <- clip(w + eta m e)`.
-
-The reward-modulated update (`policy.reinforce`) needs the environment's reward,
-which only exists after the step: it stays the elementwise XLA update shared by
-every layout (one fused loop over `w` and `e`; nothing to gain from Pallas).
-The injected input, the readout and the STDP spike traces are `O(N)` per genome
-and stay in XLA too.
-
-Selecting it: `SparseRatePolicy(..., layout="pallas")` (or `SparseSpikingPolicy`,
-`sparse_rate(..., layout="pallas")`, `[net.options] layout = "pallas"`), or
-`layout="auto"` on a GPU. To set the block size or force interpret mode, swap
-the layout in: `eqx.tree_at(lambda p: p.layout, policy, PallasLayout(topology,
-block_size=32))`.
-
-Why a layout and not a `fused=True` flag: the kernel needs its own native format
-(padded, population-last tiles), and in eqxevo the layout is what fixes the
-format of the plastic state; `choose_layout` is already the platform-aware rule,
-so `layout="auto"` can pick the kernel on GPU with nothing else to configure, and
-no meaningless combination (a fused dense layout, say) can be asked for.
-
-Backends: on GPU the kernel is compiled by Pallas' Triton backend (it gathers
-rows by index, which Triton does natively; Mosaic GPU is built around dense
-TMA tiles). On CPU it runs in Pallas interpret mode, which is how the tests
-check it against the NumPy reference and against the XLA gather layout;
-interpret mode is for correctness only, never a speed figure. On GPU the kernel
-is unmeasured so far (docs/performance.md, "Fused Pallas kernel").
-
-Bits: the kernel evaluates the gather layout's expressions in the same order
-(slot by slot, the same counter-based rounding bits), so with XLA contracting
-no multiply-adds the two are bit-identical, 16-bit traces included. XLA:CPU on
-an FMA machine contracts `a * b + c` where its fusions allow, and the kernel's
-fusions differ from the gather path's: there they agree to float32 rounding,
-as any two XLA programs of the same maths do (tests/test_nets_fused.py).
+"""`PallasLayout`: a sparse policy's whole step (propagation, neurons, traces) in one
+Pallas kernel. See docs/networks.md ("The fused Pallas kernel") for its design.
 """
 
-import math
 from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
@@ -60,16 +11,20 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from .._types import Array, Bool, Float, Int
+from .._checks import optional_positive_int
+from .._types import Array, Float
 from .neurons import LIFNeurons, RateNeurons, lif_step, rate_step
 from .plasticity import (
+    AbstractRule,
     HebbianRule,
     PlasticState,
     STDPRule,
-    _mix32,  # the counter hash of `random_bits`: the kernel draws the same bits
+    bit_stream,
+    element_bits,
+    round_between,
     three_factor_update,
 )
-from .propagate import AbstractLayout, GatherLayout, _masked
+from .propagate import GatherLayout
 from .topology import Topology
 
 # Largest tile (neurons x genomes) one GPU program holds when `block_size` is not
@@ -86,19 +41,21 @@ def next_power_of_2(n: int) -> int:
 
 
 def _block_size(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"block_size must be None or a positive int; got {value!r}")
-    if value & (value - 1):
+    value = optional_positive_int("block_size", value, "automatic")
+    if value is not None and value & (value - 1):
         raise ValueError(
             f"block_size must be a power of two (Triton tiles are); got {value}"
         )
     return value
 
 
-class PallasLayout(AbstractLayout):
-    """Fixed in-degree `[K, N_pad]` stepped by one fused Pallas kernel.
+class PallasLayout(GatherLayout):
+    """The gather layout's `[K, N_pad]` slots, stepped by one fused Pallas kernel.
+
+    The tables are `GatherLayout`'s with the neuron axis padded to
+    `N_pad = next_power_of_2(N)` (Triton loads power-of-two tiles only; padding
+    columns are masked out); `currents`, `rate_step` and `spiking_step` run the
+    kernel.
 
     Arguments:
         topology: the shared connectivity.
@@ -108,22 +65,11 @@ class PallasLayout(AbstractLayout):
         interpret: run the kernel in Pallas interpret mode. None (default):
             interpret on CPU, Triton on GPU; other backends raise.
 
-    Native values are `[K, N_pad]` (padding slots and columns masked out); the
-    population's block need not be a power of two: with P = 96 the programs take
-    32 genomes each, with an odd P one each (correct, slow).
+    The population's block need not be a power of two: with P = 96 the programs
+    take 32 genomes each, with an odd P one each (correct, slow).
     """
 
     name: ClassVar[str] = "pallas"
-    population_last: ClassVar[bool] = True
-    src: Int[Array, "slots padded"]
-    edge: Int[Array, "slots padded"]
-    mask: Bool[Array, "slots padded"]
-    edge_slot: Int[Array, " edges"]
-    edge_dst: Int[Array, " edges"]
-    edge_mask: Bool[Array, " edges"]
-    num_neurons: int = eqx.field(static=True)
-    num_edges: int = eqx.field(static=True)
-    num_slots: int = eqx.field(static=True)
     num_padded: int = eqx.field(static=True)
     block_size: int | None = eqx.field(static=True)
     interpret: bool | None = eqx.field(static=True)
@@ -137,18 +83,15 @@ class PallasLayout(AbstractLayout):
     ):
         if interpret is not None and not isinstance(interpret, bool):
             raise ValueError(f"interpret must be None or a bool; got {interpret!r}")
-        gather = GatherLayout(topology)
+        super().__init__(topology)
         n = topology.num_neurons
         padded = next_power_of_2(n)
         columns = ((0, 0), (0, padded - n))
         # padding columns: source 0, edge 0, masked out (never read as an edge)
-        self.src = jnp.pad(gather.src, columns)
-        self.edge = jnp.pad(gather.edge, columns)
-        self.mask = jnp.pad(gather.mask, columns)
-        self.edge_slot, self.edge_dst = gather.edge_slot, gather.edge_dst
-        self.edge_mask = gather.edge_mask
-        self.num_neurons, self.num_edges = n, topology.num_edges
-        self.num_slots, self.num_padded = gather.num_slots, padded
+        self.src = jnp.pad(self.src, columns)
+        self.edge = jnp.pad(self.edge, columns)
+        self.mask = jnp.pad(self.mask, columns)
+        self.num_padded = padded
         self.block_size = _block_size(block_size)
         self.interpret = interpret
 
@@ -156,41 +99,23 @@ class PallasLayout(AbstractLayout):
     def native_shape(self) -> tuple[int, ...]:
         return (self.num_slots, self.num_padded)
 
-    def native_weights(
-        self, weights: Float[Array, " edges"]
-    ) -> Float[Array, "slots padded"]:
-        return self._native(weights[:, None])[..., 0]
-
-    def edge_values(
-        self, native: Float[Array, "slots padded"]
-    ) -> Float[Array, " edges"]:
-        return _masked(self.edge_mask, native[self.edge_slot, self.edge_dst])
-
-    def native_mask(self) -> Bool[Array, "slots padded"]:
-        return self.mask
-
-    # -- trailing-batch internals (XLA; the step itself runs in the kernel) -------
-
-    def _native(self, weights: Array) -> Array:
-        return _masked(self.mask[..., None], weights[self.edge])
-
-    def _pre(self, x: Array) -> Array:
-        return x[self.src]
-
-    def _post(self, x: Array) -> Array:
+    def post(self, x: Float[Array, "neurons batch"]) -> Float[Array, "1 padded batch"]:
         return self._pad(x)[None]
 
-    def _collect(self, values: Array) -> Array:
+    def collect(
+        self, values: Float[Array, "slots padded batch"]
+    ) -> Float[Array, "neurons batch"]:
         return jnp.sum(values, axis=0)[: self.num_neurons]
 
-    def _propagate(self, weights: Array, x: Array) -> Array:
+    def currents(
+        self,
+        weights: Float[Array, "slots padded #batch"],
+        x: Float[Array, " neurons #batch"],
+    ) -> Float[Array, " neurons #batch"]:
         (current,) = self._call(_Config("propagate"), weights=weights, x=x)
         return current[: self.num_neurons]
 
-    def _propagate_pre(self, weights: Array, x: Array) -> tuple[Array, Array]:
-        return self._propagate(weights, x), self._pre(x)
-
-    def _rate_step(
+    def rate_step(
         self,
         neurons: RateNeurons,
         rule: HebbianRule | None,
@@ -206,23 +131,16 @@ class PallasLayout(AbstractLayout):
         weights (`plastic.weights` for a plastic network).
         """
         config = _Config("rate", dt=neurons.dt, **_rule_config(rule, neurons.dt))
-        inputs: dict[str, Array] = {
-            "weights": weights,
-            "x": rate,
-            "potential": potential,
-            "external": external,
-            "bias": neurons.bias,
-            "tau": neurons.tau,
-        }
+        coefficients = ()
         if rule is not None:
-            assert plastic is not None
             coefficients = (rule.a, rule.b, rule.c, rule.d, rule.learning_rate)
-            inputs |= _plastic_inputs(plastic, coefficients)
-        potential, rate, *rest = self._call(config, **inputs)
-        potential, rate = potential[: self.num_neurons], rate[: self.num_neurons]
-        return potential, rate, _plastic_out(rule, plastic, rest, rate)
+        inputs = _neuron_inputs(neurons, weights, rate, external, potential=potential)
+        (potential, rate), plastic = self._step(
+            config, rule, coefficients, plastic, inputs
+        )
+        return potential, rate, plastic
 
-    def _spiking_step(
+    def spiking_step(
         self,
         neurons: LIFNeurons,
         rule: STDPRule | None,
@@ -248,29 +166,49 @@ class PallasLayout(AbstractLayout):
             refractory_steps=neurons.refractory_steps,
             **_rule_config(rule, neurons.dt),
         )
-        inputs: dict[str, Array] = {
-            "weights": weights,
-            "x": spikes,
-            "potential": potential,
-            "refractory": refractory,
-            "external": external,
-            "bias": neurons.bias,
-            "tau": neurons.tau,
-        }
+        inputs = _neuron_inputs(
+            neurons,
+            weights,
+            spikes,
+            external,
+            potential=potential,
+            refractory=refractory,
+        )
+        coefficients = ()
         if rule is not None:
-            assert plastic is not None
             assert pre_trace is not None and post_trace is not None
             coefficients = (rule.a_plus, rule.a_minus, rule.learning_rate)
             inputs |= {"pre_trace": pre_trace, "post_trace": post_trace}
-            inputs |= _plastic_inputs(plastic, coefficients)
-        potential, refractory, spikes, *rest = self._call(config, **inputs)
-        n = self.num_neurons
-        potential, refractory, spikes = potential[:n], refractory[:n], spikes[:n]
-        return potential, refractory, spikes, _plastic_out(rule, plastic, rest, spikes)
+        (potential, refractory, spikes), plastic = self._step(
+            config, rule, coefficients, plastic, inputs
+        )
+        return potential, refractory, spikes, plastic
 
-    # -- the pallas_call ------------------------------------------------------------
+    def _step(
+        self,
+        config: "_Config",
+        rule: AbstractRule | None,
+        coefficients: tuple[Array, ...],
+        plastic: PlasticState | None,
+        inputs: dict[str, Array],
+    ) -> tuple[list[Array], PlasticState | None]:
+        """The kernel's neuron outputs (unpadded) and the new plastic state."""
+        if rule is not None:
+            assert plastic is not None
+            inputs = inputs | _plastic_inputs(plastic, coefficients)
+        outputs = self._call(config, **inputs)
+        count = len(_NEURON_OUTPUTS[config.neurons])
+        neuron_outputs = [y[: self.num_neurons] for y in outputs[:count]]
+        # the activity (rate or spikes) is the last neuron output
+        activity = neuron_outputs[-1]
+        return neuron_outputs, _plastic_out(rule, plastic, outputs[count:], activity)
 
-    def _use_interpret(self) -> bool:
+    def use_interpret(self) -> bool:
+        """Whether the kernel runs in interpret mode on this backend (None: on CPU).
+
+        Raises:
+            ValueError: the default backend is neither CPU nor GPU.
+        """
         if self.interpret is not None:
             return self.interpret
         platform = jax.default_backend()
@@ -282,19 +220,24 @@ class PallasLayout(AbstractLayout):
             "(or PallasLayout(..., interpret=True) to check results, slowly)."
         )
 
-    def _population_block(self, population: int, interpret: bool) -> int:
+    def population_block(self, population: int, interpret: bool) -> int:
+        """Genomes per kernel program: the largest power of two dividing
+        `population` within `block_size` (or the tile budget on GPU)."""
         if self.block_size is not None:
             limit = self.block_size
         elif interpret:
             limit = population  # the grid is a sequential loop: few, large blocks
         else:
             limit = max(1, TILE_ELEMENTS // self.num_padded)
+        # programs take equal blocks: the block must divide the population
         block = 1
         while block * 2 <= limit and population % (block * 2) == 0:
             block *= 2
         return block
 
     def _pad(self, x: Array) -> Array:
+        # neuron arrays [N, ...] to [N_pad, ...]; padded neurons get zeros and
+        # are never read back (their columns are masked out)
         extra = self.num_padded - x.shape[0]
         if extra == 0:
             return x
@@ -302,11 +245,13 @@ class PallasLayout(AbstractLayout):
 
     def _call(self, config: "_Config", **arrays: Array) -> list[Array]:
         """Run the kernel over the population (the trailing axis of `arrays`)."""
-        interpret = self._use_interpret()
+        interpret = self.use_interpret()
         population = max(x.shape[-1] for x in arrays.values())
-        block = self._population_block(population, interpret)
+        block = self.population_block(population, interpret)
         k, n = self.num_slots, self.num_padded
 
+        # Shared values (a size-1 batch axis: one genome's, or unbatched data)
+        # are broadcast to the population: every program reads its own block.
         def full(x: Array, shape: tuple[int, ...]) -> Array:
             return jnp.broadcast_to(x, (*shape, population))
 
@@ -328,16 +273,10 @@ class PallasLayout(AbstractLayout):
         def neuron_out(dtype: Any) -> jax.ShapeDtypeStruct:
             return jax.ShapeDtypeStruct((n, population), dtype)
 
-        outputs: dict[str, jax.ShapeDtypeStruct] = {}
-        if config.neurons == "propagate":
-            outputs["current"] = neuron_out(jnp.float32)
-        elif config.neurons == "rate":
-            outputs["potential"] = neuron_out(jnp.float32)
-            outputs["rate"] = neuron_out(jnp.float32)
-        else:
-            outputs["potential"] = neuron_out(jnp.float32)
-            outputs["refractory"] = neuron_out(jnp.int32)
-            outputs["spikes"] = neuron_out(jnp.float32)
+        outputs = {
+            name: neuron_out(dtype)
+            for name, dtype in _NEURON_OUTPUTS[config.neurons].items()
+        }
         if config.rule != "none":
             trace = inputs["trace"][0]
             outputs["trace"] = jax.ShapeDtypeStruct(trace.shape, trace.dtype)
@@ -384,6 +323,14 @@ class PallasLayout(AbstractLayout):
 # -- kernel configuration -----------------------------------------------------------
 
 
+# The kernel's per-neuron outputs `[N_pad, B]` for each kind of step, in order.
+_NEURON_OUTPUTS: dict[str, dict[str, Any]] = {
+    "propagate": {"current": jnp.float32},
+    "rate": {"potential": jnp.float32, "rate": jnp.float32},
+    "lif": {"potential": jnp.float32, "refractory": jnp.int32, "spikes": jnp.float32},
+}
+
+
 class _Config(NamedTuple):
     """Static configuration of one kernel (hashable: part of the traced program)."""
 
@@ -401,25 +348,34 @@ class _Config(NamedTuple):
     barrier: bool = False  # a CTA barrier before re-reading this step's spikes
 
 
-def _rule_config(rule: HebbianRule | STDPRule | None, dt: float) -> dict[str, Any]:
+def _rule_config(rule: AbstractRule | None, dt: float) -> dict[str, Any]:
     if rule is None:
         return {}
-    if isinstance(rule, HebbianRule):
-        kind, decay = "hebbian", rule.trace_decay
-    else:  # as in sparse._spiking_step
-        kind, decay = "stdp", math.exp(-dt / rule.tau_eligibility)
     return {
-        "rule": kind,
+        "rule": "hebbian" if isinstance(rule, HebbianRule) else "stdp",
         "modulator": rule.modulator if rule.modulation == "neuron" else None,
-        "trace_decay": decay,
+        "trace_decay": rule.eligibility_decay(dt),
         "bounds": rule.weight_bounds,
         "trace_dtype": rule.trace_dtype,
     }
 
 
+def _neuron_inputs(
+    neurons: RateNeurons | LIFNeurons,
+    weights: Array,
+    x: Array,
+    external: Array,
+    **state: Array,
+) -> dict[str, Array]:
+    """The kernel's inputs for a neuron update, by name, in its argument order."""
+    inputs = {"weights": weights, "x": x, **state, "external": external}
+    return inputs | {"bias": neurons.bias, "tau": neurons.tau}
+
+
 def _plastic_inputs(
     plastic: PlasticState, coefficients: tuple[Array, ...]
 ) -> dict[str, Array]:
+    """The kernel's plastic inputs; per-genome scalars become `[rows, B]` tables."""
     per_genome = (*coefficients, plastic.seed, plastic.step)
     batch = max(jnp.shape(c)[-1] if jnp.ndim(c) else 1 for c in per_genome)
     rows = [jnp.broadcast_to(c, (batch,)) for c in coefficients]
@@ -432,7 +388,7 @@ def _plastic_inputs(
 
 
 def _plastic_out(
-    rule: HebbianRule | STDPRule | None,
+    rule: AbstractRule | None,
     plastic: PlasticState | None,
     outputs: list[Array],
     activity: Array,
@@ -441,17 +397,9 @@ def _plastic_out(
     if rule is None or plastic is None:
         return plastic
     trace, *weights = outputs
-    modulation = plastic.modulation
-    if rule.modulation == "neuron":
-        assert rule.modulator is not None
-        modulation = activity[rule.modulator]
-    return PlasticState(
-        weights=weights[0] if weights else plastic.weights,
-        trace=trace,
-        modulation=modulation,
-        baseline=plastic.baseline,
-        seed=plastic.seed,
-        step=plastic.step + jnp.uint32(1),
+    modulation = rule.step_modulation(plastic.modulation, activity)
+    return plastic.advanced(
+        weights[0] if weights else plastic.weights, trace, modulation
     )
 
 
@@ -473,22 +421,19 @@ def round_stochastically(
     unsigned = jnp.uint16
     nearest = value.astype(dtype)
     nearest32 = nearest.astype(jnp.float32)
-    residual = value - nearest32
-    up = residual > 0
+    up = value - nearest32 > 0
     pattern = lax.bitcast_convert_type(nearest, unsigned)
     one = jnp.ones((), unsigned)
+    # sign-magnitude: one step of the bit pattern away from zero is +1
     away = up == (nearest32 > 0)
     stepped = jnp.where(away, pattern + one, pattern - one)
+    # from (either) zero: the smallest subnormal of the residual's sign
     tiniest = jnp.where(
         up, jnp.asarray(0x0001, unsigned), jnp.asarray(0x8001, unsigned)
     )
     pattern = jnp.where(nearest32 == 0, tiniest, stepped)
     neighbour = lax.bitcast_convert_type(pattern, dtype)
-    gap = neighbour.astype(jnp.float32) - nearest32
-    usable = jnp.isfinite(gap) & (gap != 0) & jnp.isfinite(value)
-    probability = jnp.where(usable, residual / jnp.where(usable, gap, 1.0), 0.0)
-    uniform = (bits >> 8).astype(jnp.float32) * jnp.float32(2.0**-24)
-    return jnp.where(uniform < probability, neighbour, nearest)
+    return round_between(value, nearest, neighbour, bits)
 
 
 # -- the kernel ----------------------------------------------------------------------
@@ -504,7 +449,7 @@ def _make_kernel(config: _Config, in_names: list[str], out_names: list[str]) -> 
         num_slots = src.shape[0]
         tile = x.shape
 
-        # 1. propagation: the same slot order as GatherLayout._propagate
+        # 1. propagation: the same slot order as GatherLayout.currents
         def propagate_slot(k: Array, acc: Array) -> Array:
             return acc + weights[k] * x[src[k], :]
 
@@ -592,15 +537,12 @@ def _make_kernel(config: _Config, in_names: list[str], out_names: list[str]) -> 
             # random_bits(seed, step, native_shape), element (k, n) of the unpadded
             # [K, N] grid, so 16-bit traces match the gather layout's bit for bit
             counters = ins["counters"]
-            seed, step = row(counters, 0), row(counters, 1)
-            stream = _mix32(
-                seed ^ _mix32(step * jnp.uint32(0x9E3779B9) + jnp.uint32(1))
-            )
+            stream = bit_stream(row(counters, 0), row(counters, 1))
             column = lax.broadcasted_iota(jnp.uint32, (tile[0], 1), 0)
 
             def store(k: Array, value: Array) -> Array:
                 index = k.astype(jnp.uint32) * jnp.uint32(config.num_neurons) + column
-                bits = _mix32(index * jnp.uint32(0x85EBCA6B) ^ stream)
+                bits = element_bits(index, stream)
                 return round_stochastically(value, trace_dtype, bits)
 
         trace_in, trace_out = ins["trace"], outs["trace"]

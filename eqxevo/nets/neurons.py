@@ -1,45 +1,13 @@
 """Neuron models: leaky rate units (tanh) and leaky integrate-and-fire (LIF) units.
 
-Each model is an Equinox module holding the evolvable per-neuron parameters
-(`bias`, `tau`) and static configuration (`dt`, thresholds); its `step` advances
-the neurons' lifetime state by one time step of length `dt`. The step functions
-are elementwise, so they also accept trailing batch axes (`"neurons *#batch"`).
-
-Rate units (continuous-time RNN, Euler step; Beer 1995, "On the dynamics of small
-continuous-time recurrent neural networks"):
-
-    tau dv/dt = -v + I + b,    r = tanh(v)
-    v' = v + a (-v + I + b),   a = dt / max(tau, dt)     (so 0 < a <= 1)
-
-LIF units (exact integration of `tau dv/dt = -v + I + b` over one step with the
-input held constant; Gerstner et al. 2014, "Neuronal Dynamics", ch. 1):
-
-    refractory (c > 0):  v' = v_reset, c' = c - 1, no spike
-    otherwise:           v' = beta v + (1 - beta)(I + b)
-                         with beta = exp(-dt / max(tau, dt))
-                         spike if v' >= threshold: v' = v_reset, c' = refractory_steps
-
-`refractory_steps = round(refractory_period / dt)` (0 disables it).
+`rate_step` and `lif_step` are elementwise, so they also run on trailing batch axes.
 """
-
-import math
 
 import equinox as eqx
 import jax.numpy as jnp
 
+from .._checks import positive_int, positive_number
 from .._types import Array, Float, Int
-
-
-def _positive(name: str, value: float) -> float:
-    if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a positive finite number; got {value!r}")
-    return float(value)
-
-
-def _num_neurons(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"num_neurons must be a positive int; got {value!r}")
-    return value
 
 
 def rate_step(
@@ -50,6 +18,7 @@ def rate_step(
     dt: float,
 ) -> tuple[Float[Array, "neurons *#batch"], Float[Array, "neurons *#batch"]]:
     """One Euler step of leaky rate units; returns `(potential, rate)`."""
+    # tau below dt would overshoot (a > 1) and oscillate: it acts as tau = dt
     alpha = dt / jnp.maximum(tau, dt)
     potential = potential + alpha * (current + bias - potential)
     return potential, jnp.tanh(potential)
@@ -75,22 +44,47 @@ def lif_step(
     `spikes` is 1.0 where a neuron fired this step and 0.0 elsewhere;
     `refractory` counts the steps a neuron still stays clamped at `reset`.
     """
-    beta = jnp.exp(-dt / jnp.maximum(tau, dt))
+    beta = jnp.exp(-dt / jnp.maximum(tau, dt))  # as rate_step: tau >= dt
     resting = refractory > 0
     integrated = beta * potential + (1.0 - beta) * (current + bias)
-    fired = (integrated >= threshold) & ~resting
+    fired = (integrated >= threshold) & ~resting  # a clamped neuron cannot fire
     reset_value = jnp.asarray(reset, potential.dtype)
     potential = jnp.where(resting | fired, reset_value, integrated)
     refractory = jnp.where(
         fired,
         jnp.asarray(refractory_steps, refractory.dtype),
-        jnp.maximum(refractory - 1, 0),
+        jnp.maximum(refractory - 1, 0),  # count down to 0 and stay there
     )
     return potential, refractory, fired.astype(potential.dtype)
 
 
-class RateNeurons(eqx.Module):
-    """Leaky tanh rate units with evolvable biases and time constants.
+class _Neurons(eqx.Module):
+    """Per-neuron evolvable biases and time constants, and the step length."""
+
+    bias: Float[Array, " neurons"]
+    tau: Float[Array, " neurons"]
+    dt: float = eqx.field(static=True)
+
+    def __init__(self, num_neurons: int, *, tau: float, dt: float):
+        num_neurons = positive_int("num_neurons", num_neurons)
+        self.dt = positive_number("dt", dt)
+        self.bias = jnp.zeros(num_neurons)
+        self.tau = jnp.full(num_neurons, positive_number("tau", tau))
+
+    @property
+    def num_neurons(self) -> int:
+        return self.bias.shape[0]
+
+
+class RateNeurons(_Neurons):
+    """Leaky tanh rate units (a continuous-time RNN) with evolvable biases and
+    time constants, advanced by one Euler step:
+
+        tau dv/dt = -v + I + b,    r = tanh(v)
+        v' = v + a (-v + I + b),   a = dt / max(tau, dt)     (so 0 < a <= 1)
+
+    (Beer 1995, "On the dynamics of small continuous-time recurrent neural
+    networks").
 
     Arguments:
         num_neurons: N.
@@ -101,19 +95,8 @@ class RateNeurons(eqx.Module):
         bias, tau: `[N]`, evolvable.
     """
 
-    bias: Float[Array, " neurons"]
-    tau: Float[Array, " neurons"]
-    dt: float = eqx.field(static=True)
-
     def __init__(self, num_neurons: int, *, tau: float = 2.0, dt: float = 1.0):
-        num_neurons = _num_neurons(num_neurons)
-        self.dt = _positive("dt", dt)
-        self.bias = jnp.zeros(num_neurons)
-        self.tau = jnp.full(num_neurons, _positive("tau", tau))
-
-    @property
-    def num_neurons(self) -> int:
-        return self.bias.shape[0]
+        super().__init__(num_neurons, tau=tau, dt=dt)
 
     def step(
         self,
@@ -124,8 +107,19 @@ class RateNeurons(eqx.Module):
         return rate_step(potential, current, self.bias, self.tau, self.dt)
 
 
-class LIFNeurons(eqx.Module):
+class LIFNeurons(_Neurons):
     """Leaky integrate-and-fire units with evolvable biases and membrane constants.
+
+    Each step integrates `tau dv/dt = -v + I + b` exactly over the step, the
+    input held constant (Gerstner et al. 2014, "Neuronal Dynamics", ch. 1):
+
+        refractory (c > 0):  v' = v_reset, c' = c - 1, no spike
+        otherwise:           v' = beta v + (1 - beta)(I + b),
+                             beta = exp(-dt / max(tau, dt));
+                             spike if v' >= threshold: v' = v_reset,
+                             c' = refractory_steps
+
+    with `refractory_steps = round(refractory_period / dt)` (0 disables it).
 
     Arguments:
         num_neurons: N.
@@ -138,9 +132,6 @@ class LIFNeurons(eqx.Module):
         bias, tau: `[N]`, evolvable.
     """
 
-    bias: Float[Array, " neurons"]
-    tau: Float[Array, " neurons"]
-    dt: float = eqx.field(static=True)
     threshold: float = eqx.field(static=True)
     reset: float = eqx.field(static=True)
     refractory_steps: int = eqx.field(static=True)
@@ -155,8 +146,7 @@ class LIFNeurons(eqx.Module):
         reset: float = 0.0,
         refractory_period: float = 2.0,
     ):
-        num_neurons = _num_neurons(num_neurons)
-        self.dt = _positive("dt", dt)
+        super().__init__(num_neurons, tau=tau, dt=dt)
         if not (isinstance(refractory_period, int | float) and refractory_period >= 0):
             raise ValueError(
                 f"refractory_period must be >= 0; got {refractory_period!r}"
@@ -168,12 +158,6 @@ class LIFNeurons(eqx.Module):
             )
         self.threshold, self.reset = float(threshold), float(reset)
         self.refractory_steps = round(refractory_period / self.dt)
-        self.bias = jnp.zeros(num_neurons)
-        self.tau = jnp.full(num_neurons, _positive("tau", tau))
-
-    @property
-    def num_neurons(self) -> int:
-        return self.bias.shape[0]
 
     def step(
         self,

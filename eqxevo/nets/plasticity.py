@@ -1,64 +1,18 @@
-"""Plasticity: per-edge eligibility traces and three-factor weight updates.
+"""Plasticity: Hebbian and STDP rules, eligibility traces, three-factor updates.
 
-Every plastic edge keeps an eligibility trace `e` that records recent pre/post
-co-activity, and its weight changes only when a third, modulatory factor `m(t)`
-arrives (Fremaux & Gerstner 2016, "Neuromodulated spike-timing-dependent
-plasticity, and theory of three-factor learning rules"):
-
-    e <- lambda * e + increment(pre, post)
-    w <- clip(w + eta * m(t) * e, w_min, w_max)
-
-Rules (the coefficients are evolvable leaves of the genome):
-
-- `HebbianRule`, for rate networks: the ABCD rule
-  `increment = A pre post + B pre + C post + D` (Soltoggio et al. 2018, "Born to
-  learn"; Najarro & Risi 2020, "Meta-learning through Hebbian plasticity in random
-  networks").
-- `STDPRule`, for spiking networks: pair-based STDP into the trace, from per-neuron
-  pre/post spike traces `x` (decay `tau_plus`) and `y` (decay `tau_minus`) taken
-  before this step's spikes: `increment = a_plus x[src] s[dst] - a_minus y[dst] s[src]`
-  (Izhikevich 2007, "Solving the distal reward problem through linkage of STDP and
-  dopamine signaling").
-
-The modulatory signal is either the reward handed to `policy.reinforce`
-(`modulation="reward"`) or the activity of a designated neuromodulatory neuron
-(`modulation="neuron"`). Plastic weights and traces live in the lifetime state,
-never in the genome.
-
-Reward modulation is a bounded reward prediction error (Fremaux & Gerstner 2016,
-sec. 4: the third factor must be "reward minus expected reward", otherwise a
-rule driven by a reward of non-zero mean is plain Hebbian learning):
-
-    r~ = clip(r, -reward_bound, reward_bound)
-    m  = r~ - E[r~],    E[r~]: running average (decay beta), bias-corrected
-
-Both parts are defaults because without them the rule does not learn from
-reward at all. Measured on L4 over a 1e5-step lifetime (docs/studies.md): with
-`m = r` (every eqxevo reward is >= 0 but for penalties) 99% of the plastic
-weights sat at the +-2 bound for every genome with a positive learning rate
-(the initial genome's 0.01 included): plain Hebbian growth; and one L4 death
-(reward -100) moved weights by up to `eta * 100 * |e|` = 10, 2.5 times the
-bound's width. With the bounded prediction error the initial genome keeps none
-at the bound; genomes with |eta| of 0.04-0.17 (SNES's first samples) still
-drift there (33-58% of the weights, averaged over the lifetime): bounded
-updates of zero mean still wander over 1e5 steps, and evolution sets eta.
-
-Trace dtype: traces can be stored in float16 or bfloat16 to halve their memory.
-Rounding a decaying trace to nearest stalls it (bfloat16 keeps 1.0 * 0.999 == 1.0
-forever) and biases it; here every update is computed in float32 and then
-*stochastically rounded* to the storage dtype (unbiased: the expected stored value
-equals the float32 value), with random bits from a counter-based hash of
-(genome seed, step, edge). docs/performance.md has the drift measurement.
+See docs/networks.md ("Plasticity") for the rules, reward modulation and 16-bit traces.
 """
 
+import abc
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import equinox as eqx
 import jax.numpy as jnp
 from jax import lax
 from jax.typing import DTypeLike
 
+from .._checks import int_at_least, one_of, positive_number
 from .._types import Array, Float, Scalar, UInt32
 
 Modulation = Literal["reward", "neuron"]
@@ -93,6 +47,23 @@ def _mix32(x: Array) -> Array:
     return x ^ (x >> 15)
 
 
+def bit_stream(
+    seed: UInt32[Array, "*#batch"], step: UInt32[Array, "*#batch"]
+) -> UInt32[Array, "*#batch"]:
+    """The stream word of one genome's step, which `element_bits` mixes per element."""
+    # step times the golden ratio (a Weyl sequence) spreads consecutive steps
+    # over all 32 bits before they meet the seed
+    return _mix32(seed ^ _mix32(step * jnp.uint32(0x9E3779B9) + jnp.uint32(1)))
+
+
+def element_bits(
+    index: UInt32[Array, "*#shape"], stream: UInt32[Array, "*#shape"]
+) -> UInt32[Array, "*#shape"]:
+    """The random bits of element `index` (row-major in the native shape)."""
+    # murmur3's multiplier likewise spreads neighbouring indices apart
+    return _mix32(index * jnp.uint32(0x85EBCA6B) ^ stream)
+
+
 def random_bits(
     seed: UInt32[Array, "*#batch"],
     step: UInt32[Array, "*#batch"],
@@ -103,9 +74,30 @@ def random_bits(
     Each (seed, step, element) triple gives an independent-looking uint32; cheap
     enough to draw for every edge at every step (a few integer ops per element).
     """
-    stream = _mix32(seed ^ _mix32(step * jnp.uint32(0x9E3779B9) + jnp.uint32(1)))
     index = lax.iota(jnp.uint32, math.prod(shape)).reshape(shape + (1,) * seed.ndim)
-    return _mix32(index * jnp.uint32(0x85EBCA6B) ^ stream)
+    return element_bits(index, bit_stream(seed, step))
+
+
+def round_between(
+    value: Float[Array, "*#shape"],
+    nearest: Array,
+    neighbour: Array,
+    bits: UInt32[Array, "*#shape"],
+) -> Array:
+    """`neighbour` with probability `|value - nearest| / |neighbour - nearest|`, else
+    `nearest`: unbiased rounding of float32 `value` between two 16-bit values.
+
+    `bits` give the uniform draw (their top 24 bits); where the gap is zero or not
+    finite, or `value` is not finite, the result is `nearest`.
+    """
+    nearest32 = nearest.astype(jnp.float32)
+    residual = value - nearest32
+    gap = neighbour.astype(jnp.float32) - nearest32
+    usable = jnp.isfinite(gap) & (gap != 0) & jnp.isfinite(value)
+    probability = jnp.where(usable, residual / jnp.where(usable, gap, 1.0), 0.0)
+    # the top 24 bits: every such uniform is exact in float32
+    uniform = (bits >> 8).astype(jnp.float32) * jnp.float32(2.0**-24)
+    return jnp.where(uniform < probability, neighbour, nearest)
 
 
 def stochastic_round(
@@ -121,15 +113,10 @@ def stochastic_round(
     if dtype == jnp.float32:
         return value.astype(jnp.float32)
     nearest = value.astype(dtype)
-    nearest32 = nearest.astype(jnp.float32)
-    residual = value - nearest32
+    residual = value - nearest.astype(jnp.float32)
+    # the other candidate: the next representable value on the residual's side
     toward = jnp.where(residual > 0, jnp.inf, -jnp.inf).astype(dtype)
-    neighbour = jnp.nextafter(nearest, toward)
-    gap = neighbour.astype(jnp.float32) - nearest32
-    usable = jnp.isfinite(gap) & (gap != 0) & jnp.isfinite(value)
-    probability = jnp.where(usable, residual / jnp.where(usable, gap, 1.0), 0.0)
-    uniform = (bits >> 8).astype(jnp.float32) * jnp.float32(2.0**-24)
-    return jnp.where(uniform < probability, neighbour, nearest)
+    return round_between(value, nearest, jnp.nextafter(nearest, toward), bits)
 
 
 def update_trace(
@@ -142,6 +129,7 @@ def update_trace(
 
     16-bit traces need `bits` (see `random_bits`) for stochastic rounding.
     """
+    # widened once, rounded once: a 16-bit trace never sees a 16-bit product
     value = decay * trace.astype(jnp.float32) + increment
     if trace.dtype == jnp.float32:
         return value
@@ -161,204 +149,193 @@ def three_factor_update(
     mask: Array,
 ) -> Array:
     """`clip(w + eta * m * e, *bounds)` on active edges; masked entries stay 0."""
+    # (eta m) first, one scalar per genome: the order the fused kernel uses too
     step = (learning_rate * modulation) * trace.astype(jnp.float32)
     updated = jnp.clip(weights + step, bounds[0], bounds[1])
     return jnp.where(mask, updated, jnp.zeros((), weights.dtype))
 
 
 # -- rules ------------------------------------------------------------------------
+# Rules are dataclasses: each field is a constructor argument (the converters
+# check and normalise it), so a rule's TOML table is its list of fields.
 
 
-def _check_common(
-    learning_rate: float,
-    modulation: str,
-    modulator: int | None,
-    weight_bounds: tuple[float, float],
-    trace_dtype: str,
-    baseline_decay: float | None,
-    reward_bound: float | None,
-) -> tuple[tuple[float, float], str]:
-    if modulation not in ("reward", "neuron"):
-        raise ValueError(f"modulation must be 'reward' or 'neuron'; got {modulation!r}")
-    if modulation == "neuron" and (
-        isinstance(modulator, bool) or not isinstance(modulator, int) or modulator < 0
-    ):
-        raise ValueError(
-            "modulation='neuron' needs modulator=<index of the neuromodulatory "
-            f"neuron> (a non-negative int); got modulator={modulator!r}"
-        )
-    if modulation == "reward" and modulator is not None:
-        raise ValueError(
-            f"modulator={modulator!r} is only used with modulation='neuron'"
-        )
-    lo, hi = (float(b) for b in weight_bounds)
+def _float32(value: Any) -> Array:
+    return jnp.asarray(value, jnp.float32)
+
+
+def _learning_rate(value: Any) -> Array:
+    if not math.isfinite(value):
+        raise ValueError(f"learning_rate must be finite; got {value!r}")
+    return _float32(value)
+
+
+def _bounds(value: Any) -> tuple[float, float]:
+    lo, hi = (float(b) for b in value)
     if not lo < hi:
         raise ValueError(
-            f"weight_bounds must be (low, high) with low < high; got {weight_bounds!r}"
+            f"weight_bounds must be (low, high) with low < high; got {value!r}"
         )
-    if baseline_decay is not None and not 0.0 <= baseline_decay < 1.0:
-        raise ValueError(
-            f"baseline_decay must be None or in [0, 1); got {baseline_decay!r}"
-        )
-    if reward_bound is not None and not (
-        isinstance(reward_bound, int | float)
-        and not isinstance(reward_bound, bool)
-        and 0.0 < reward_bound < math.inf
-    ):
-        raise ValueError(
-            f"reward_bound must be None or a finite number > 0; got {reward_bound!r}"
-        )
-    if not math.isfinite(learning_rate):
-        raise ValueError(f"learning_rate must be finite; got {learning_rate!r}")
-    return (lo, hi), str(check_trace_dtype(trace_dtype))
+    return lo, hi
 
 
-class HebbianRule(eqx.Module):
-    """ABCD Hebbian eligibility with a three-factor update, for rate networks.
+def _trace_dtype(value: Any) -> str:
+    return str(check_trace_dtype(value))
+
+
+def _baseline_decay(value: Any) -> Any:
+    if value is not None and not 0.0 <= value < 1.0:
+        raise ValueError(f"baseline_decay must be None or in [0, 1); got {value!r}")
+    return value
+
+
+def _reward_bound(value: Any) -> float | None:
+    return None if value is None else positive_number("reward_bound", value)
+
+
+def _trace_decay(value: Any) -> float:
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"trace_decay must be in [0, 1); got {value!r}")
+    return float(value)
+
+
+def _time_constant(name: str) -> Any:
+    return lambda value: positive_number(name, value)
+
+
+def _static(default: Any, converter: Any = None) -> Any:
+    """A static keyword-only field (configuration, never evolved)."""
+    if converter is None:
+        return eqx.field(default=default, static=True, kw_only=True)
+    return eqx.field(default=default, static=True, kw_only=True, converter=converter)
+
+
+def _coefficient(
+    default: float, converter: Any = _float32, kw_only: bool = False
+) -> Any:
+    """An evolvable scalar field (a float32 leaf of the genome)."""
+    return eqx.field(default=default, converter=converter, kw_only=kw_only)
+
+
+class AbstractRule(eqx.Module):
+    """A three-factor rule: an eligibility trace per edge, a modulated weight update.
+
+        e <- lambda e + increment(pre, post)
+        w <- clip(w + eta m e, w_min, w_max)
+
+    (Fremaux & Gerstner 2016, "Neuromodulated spike-timing-dependent plasticity,
+    and theory of three-factor learning rules"). A rule defines `increment` and
+    its coefficients; the configuration of the update is shared:
 
     Arguments:
-        a, b, c, d: initial coefficients of `A pre post + B pre + C post + D`.
-        learning_rate: initial eta.
-        trace_decay: lambda, the per-step decay of the eligibility trace, in [0, 1).
-        modulation: `"reward"` (m = the bounded reward from `reinforce` minus its
-            running average; see the module docstring) or `"neuron"` (m = rate of
-            neuron `modulator`).
+        learning_rate: initial eta (evolvable).
+        modulation: `"reward"` (m = the bounded reward from `reinforce` minus
+            its running average; see `reward_modulation`) or `"neuron"` (m = the
+            activity of neuron `modulator`).
         modulator: index of the neuromodulatory neuron (modulation="neuron").
         weight_bounds: plastic weights stay in `[low, high]`.
         trace_dtype: `"float32"`, `"float16"` or `"bfloat16"` (16-bit traces are
-            stochastically rounded; see the module docstring).
+            stochastically rounded: `stochastic_round`).
         baseline_decay: decay of the running reward average subtracted from the
             reward (default 0.99, about 100 steps); None: m = reward.
         reward_bound: the reward is clipped to `[-reward_bound, reward_bound]`
             before it modulates (default 1.0); None: unclipped.
-
-    Attributes:
-        a, b, c, d, learning_rate: scalars, evolvable.
     """
 
-    a: Scalar
-    b: Scalar
-    c: Scalar
-    d: Scalar
-    learning_rate: Scalar
-    trace_decay: float = eqx.field(static=True)
-    modulation: str = eqx.field(static=True)
-    modulator: int | None = eqx.field(static=True)
-    weight_bounds: tuple[float, float] = eqx.field(static=True)
-    trace_dtype: str = eqx.field(static=True)
-    baseline_decay: float | None = eqx.field(static=True)
-    reward_bound: float | None = eqx.field(static=True)
+    learning_rate: eqx.AbstractVar[Scalar]
+    modulation: Modulation = _static("reward")
+    modulator: int | None = _static(None)
+    weight_bounds: tuple[float, float] = _static((-2.0, 2.0), _bounds)
+    trace_dtype: str = _static("float32", _trace_dtype)
+    baseline_decay: float | None = _static(0.99, _baseline_decay)
+    reward_bound: float | None = _static(1.0, _reward_bound)
 
-    def __init__(
-        self,
-        a: float = 1.0,
-        b: float = 0.0,
-        c: float = 0.0,
-        d: float = 0.0,
-        *,
-        learning_rate: float = 0.01,
-        trace_decay: float = 0.9,
-        modulation: Modulation = "reward",
-        modulator: int | None = None,
-        weight_bounds: tuple[float, float] = (-2.0, 2.0),
-        trace_dtype: str = "float32",
-        baseline_decay: float | None = 0.99,
-        reward_bound: float | None = 1.0,
-    ):
-        if not 0.0 <= trace_decay < 1.0:
-            raise ValueError(f"trace_decay must be in [0, 1); got {trace_decay!r}")
-        self.weight_bounds, self.trace_dtype = _check_common(
-            learning_rate,
-            modulation,
-            modulator,
-            weight_bounds,
-            trace_dtype,
-            baseline_decay,
-            reward_bound,
-        )
-        self.a, self.b, self.c, self.d = (
-            jnp.asarray(v, jnp.float32) for v in (a, b, c, d)
-        )
-        self.learning_rate = jnp.asarray(learning_rate, jnp.float32)
-        self.trace_decay = float(trace_decay)
-        self.modulation, self.modulator = modulation, modulator
-        self.baseline_decay = baseline_decay
-        self.reward_bound = None if reward_bound is None else float(reward_bound)
+    def __check_init__(self) -> None:
+        one_of("modulation", self.modulation, ("reward", "neuron"))
+        if self.modulation == "neuron":
+            name = (
+                "modulator (the neuromodulatory neuron, needed by modulation='neuron')"
+            )
+            int_at_least(name, self.modulator, 0)
+        elif self.modulator is not None:
+            raise ValueError(
+                f"modulator={self.modulator!r} is only used with modulation='neuron'"
+            )
+
+    @abc.abstractmethod
+    def eligibility_decay(self, dt: float) -> float:
+        """lambda: the per-step decay of the eligibility trace, for steps of `dt`."""
+
+    def step_modulation(self, previous: Array, activity: Array) -> Array:
+        """m after a step: the modulator's activity `[N, ...]` with
+        modulation="neuron", else `previous` (the last reward's m)."""
+        if self.modulation != "neuron":
+            return previous
+        assert self.modulator is not None
+        return activity[self.modulator]
+
+
+class HebbianRule(AbstractRule):
+    """The ABCD Hebbian rule into a three-factor update, for rate networks.
+
+        increment = A pre post + B pre + C post + D
+
+    (Soltoggio et al. 2018, "Born to learn"; Najarro & Risi 2020, "Meta-learning
+    through Hebbian plasticity in random networks"), with pre and post the rates
+    at the two ends of an edge.
+
+    Arguments:
+        a, b, c, d: initial coefficients (evolvable).
+        trace_decay: lambda, the per-step decay of the eligibility trace, in [0, 1).
+        learning_rate, modulation, modulator, weight_bounds, trace_dtype,
+            baseline_decay, reward_bound: see `AbstractRule`.
+    """
+
+    a: Scalar = _coefficient(1.0)
+    b: Scalar = _coefficient(0.0)
+    c: Scalar = _coefficient(0.0)
+    d: Scalar = _coefficient(0.0)
+    learning_rate: Scalar = _coefficient(0.01, _learning_rate, kw_only=True)
+    trace_decay: float = _static(0.9, _trace_decay)
+
+    def eligibility_decay(self, dt: float) -> float:
+        del dt
+        return self.trace_decay
 
     def increment(self, pre: Array, post: Array) -> Array:
         """`A pre post + B pre + C post + D` (broadcasting)."""
         return self.a * pre * post + self.b * pre + self.c * post + self.d
 
 
-class STDPRule(eqx.Module):
-    """Pair-based STDP eligibility with a three-factor update, for spiking networks.
+class STDPRule(AbstractRule):
+    """Pair-based STDP into a three-factor update, for spiking networks.
+
+        increment = a_plus x[src] s[dst] - a_minus y[dst] s[src]
+
+    from this step's spikes `s` and per-neuron spike traces `x` (decay
+    `tau_plus`) and `y` (decay `tau_minus`) taken before this step's spikes
+    (Izhikevich 2007, "Solving the distal reward problem through linkage of STDP
+    and dopamine signaling"). The eligibility trace decays with `tau_eligibility`:
+    lambda = exp(-dt / tau_eligibility).
 
     Arguments:
-        a_plus, a_minus: initial potentiation / depression amplitudes.
-        learning_rate: initial eta.
+        a_plus, a_minus: initial potentiation / depression amplitudes (evolvable).
         tau_plus, tau_minus: time constants of the pre / post spike traces.
         tau_eligibility: time constant of the per-edge eligibility trace.
-        modulation, modulator, weight_bounds, trace_dtype, baseline_decay,
-        reward_bound: as for `HebbianRule` (with modulation="neuron", m is the
-            modulator's spike).
-
-    Attributes:
-        a_plus, a_minus, learning_rate: scalars, evolvable.
+        learning_rate, modulation, modulator, weight_bounds, trace_dtype,
+            baseline_decay, reward_bound: see `AbstractRule` (with
+            modulation="neuron", m is the modulator's spike).
     """
 
-    a_plus: Scalar
-    a_minus: Scalar
-    learning_rate: Scalar
-    tau_plus: float = eqx.field(static=True)
-    tau_minus: float = eqx.field(static=True)
-    tau_eligibility: float = eqx.field(static=True)
-    modulation: str = eqx.field(static=True)
-    modulator: int | None = eqx.field(static=True)
-    weight_bounds: tuple[float, float] = eqx.field(static=True)
-    trace_dtype: str = eqx.field(static=True)
-    baseline_decay: float | None = eqx.field(static=True)
-    reward_bound: float | None = eqx.field(static=True)
+    a_plus: Scalar = _coefficient(1.0)
+    a_minus: Scalar = _coefficient(1.0)
+    learning_rate: Scalar = _coefficient(0.01, _learning_rate, kw_only=True)
+    tau_plus: float = _static(20.0, _time_constant("tau_plus"))
+    tau_minus: float = _static(20.0, _time_constant("tau_minus"))
+    tau_eligibility: float = _static(200.0, _time_constant("tau_eligibility"))
 
-    def __init__(
-        self,
-        a_plus: float = 1.0,
-        a_minus: float = 1.0,
-        *,
-        learning_rate: float = 0.01,
-        tau_plus: float = 20.0,
-        tau_minus: float = 20.0,
-        tau_eligibility: float = 200.0,
-        modulation: Modulation = "reward",
-        modulator: int | None = None,
-        weight_bounds: tuple[float, float] = (-2.0, 2.0),
-        trace_dtype: str = "float32",
-        baseline_decay: float | None = 0.99,
-        reward_bound: float | None = 1.0,
-    ):
-        for name, value in (
-            ("tau_plus", tau_plus),
-            ("tau_minus", tau_minus),
-            ("tau_eligibility", tau_eligibility),
-        ):
-            if not (isinstance(value, int | float) and value > 0):
-                raise ValueError(f"{name} must be > 0; got {value!r}")
-        self.weight_bounds, self.trace_dtype = _check_common(
-            learning_rate,
-            modulation,
-            modulator,
-            weight_bounds,
-            trace_dtype,
-            baseline_decay,
-            reward_bound,
-        )
-        self.a_plus = jnp.asarray(a_plus, jnp.float32)
-        self.a_minus = jnp.asarray(a_minus, jnp.float32)
-        self.learning_rate = jnp.asarray(learning_rate, jnp.float32)
-        self.tau_plus, self.tau_minus = float(tau_plus), float(tau_minus)
-        self.tau_eligibility = float(tau_eligibility)
-        self.modulation, self.modulator = modulation, modulator
-        self.baseline_decay = baseline_decay
-        self.reward_bound = None if reward_bound is None else float(reward_bound)
+    def eligibility_decay(self, dt: float) -> float:
+        return math.exp(-dt / self.tau_eligibility)
 
     def increment(
         self, pre_trace: Array, pre_spike: Array, post_trace: Array, post_spike: Array
@@ -390,12 +367,32 @@ class PlasticState(eqx.Module):
     seed: Array
     step: Array
 
+    def advanced(
+        self, weights: Array, trace: Array, modulation: Array
+    ) -> "PlasticState":
+        """The state after one network step: new weights, trace and m; `step + 1`."""
+        return PlasticState(
+            weights=weights,
+            trace=trace,
+            modulation=modulation,
+            baseline=self.baseline,
+            seed=self.seed,
+            step=self.step + jnp.uint32(1),
+        )
+
 
 def reward_modulation(
-    rule: Rule, reward: Array, baseline: Array, seen: Array | None = None
+    rule: AbstractRule, reward: Array, baseline: Array, seen: Array | None = None
 ) -> tuple[Array, Array]:
-    """`(m, new_baseline)` from a reward: `m = clip(r) - expected` (see the module
-    docstring; `clip(r)` alone without a baseline, `r` without a bound).
+    """`(m, new_baseline)` from a reward: a bounded reward prediction error.
+
+        r~ = clip(r, -reward_bound, reward_bound)
+        m  = r~ - E[r~],   E[r~]: running average (decay beta), bias-corrected
+
+    (Fremaux & Gerstner 2016, sec. 4: the third factor must be "reward minus
+    expected reward", otherwise a rule driven by a reward of non-zero mean is
+    plain Hebbian learning.) `clip(r)` alone without a baseline, `r` without a
+    bound.
 
     `baseline` is the running average of the (clipped) rewards, started at 0;
     with `seen`, the number of rewards before this one, the expectation is its
@@ -414,6 +411,7 @@ def reward_modulation(
     if seen is not None:
         seen = jnp.asarray(seen).astype(jnp.float32)
         unbiased = 1.0 - jnp.float32(beta) ** seen
+        # the first reward has no expectation yet: it is its own (m = 0)
         expected = jnp.where(
             seen > 0, baseline / jnp.where(seen > 0, unbiased, 1.0), reward
         )
@@ -422,14 +420,18 @@ def reward_modulation(
 
 __all__ = [
     "TRACE_DTYPES",
+    "AbstractRule",
     "HebbianRule",
     "Modulation",
     "PlasticState",
     "Rule",
     "STDPRule",
+    "bit_stream",
     "check_trace_dtype",
+    "element_bits",
     "random_bits",
     "reward_modulation",
+    "round_between",
     "stochastic_round",
     "three_factor_update",
     "update_trace",

@@ -1,32 +1,9 @@
-"""Propagation through a sparse topology, in three layouts behind one interface.
+"""Propagation layouts: how per-edge values are stored and summed into neurons.
 
-All three compute the input current of every neuron,
-`I[i] = sum over active edges e with dst[e] == i of w[e] * x[src[e]]`,
-and differ only in how the per-edge values are stored (their *native* format):
-
-- `SegmentLayout` ("segment"): `[E]`, one value per edge slot; gathers `x[src]`
-  and reduces with `segment_sum` over the sorted `dst` (`indices_are_sorted=True`).
-- `GatherLayout` ("gather"): `[K, N]`, slot-major fixed in-degree (K is the largest
-  fan-in; shorter rows are masked); gathers `x[src[k]]` per slot and sums over
-  slots, with no scatter at all.
-- `DenseLayout` ("dense"): `[N, N]` masked weight matrix `W[post, pre]`; a
-  matrix-vector product.
-
-A fourth layout, `PallasLayout` ("pallas", in `fused.py`), stores values like
-"gather" and runs a sparse policy's whole step (propagation, neuron update,
-eligibility traces) as one Pallas kernel: Triton on GPU, interpret mode on CPU.
-
-`make_layout(topology, "auto")` picks one by the measured rule in `choose_layout`.
-A genome always stores its weights as `[E]` (the search space does not depend on
-the layout); `native_weights` converts them once per lifetime, and plastic weights
-and eligibility traces live in the native format so no step converts anything.
-
-The layouts' `_`-prefixed methods take arrays with a trailing batch axis (see
-`batching.population_last`): rates `[N, B]`, native values `[*native, B]`.
+See docs/networks.md ("Propagation layouts") for the layouts and how one is picked.
 """
 
 import abc
-from collections.abc import Callable
 from typing import ClassVar, Literal
 
 import equinox as eqx
@@ -45,14 +22,22 @@ LAYOUTS: tuple[str, ...] = ("segment", "gather", "dense")
 
 
 def _masked(mask: Array, values: Array) -> Array:
-    # where, not multiply: a masked-out edge has no effect even with an inf/NaN weight
+    # where, not multiply: a masked-out edge stays 0 even with an inf/NaN weight
     return jnp.where(mask, values, jnp.zeros((), values.dtype))
 
 
 class AbstractLayout(eqx.Module):
     """How per-edge values are stored and propagated; built from a `Topology`.
 
+    A genome keeps its weights as an edge list `[E]`; a layout stores per-edge
+    values in its *native* shape (`native_shape`) and sums them into neurons.
     Index arrays are integer/boolean leaves (shared by a population, never evolved).
+
+    A layout provides `native_shape`, `edge_values`, `native_mask` (one genome)
+    and `to_native`, `pre`, `post`, `collect` (population-last: every array has
+    a trailing batch axis B, see `batching.population_last`); `currents` and
+    `currents_and_pre` follow from those, and a layout may override them with a
+    faster route.
     """
 
     name: ClassVar[str]
@@ -61,49 +46,63 @@ class AbstractLayout(eqx.Module):
     num_neurons: eqx.AbstractVar[int]
     num_edges: eqx.AbstractVar[int]
 
+    # -- one genome -----------------------------------------------------------------
+
     @property
     @abc.abstractmethod
     def native_shape(self) -> tuple[int, ...]:
         """Shape of one genome's per-edge values in this layout."""
 
     def native_weights(self, weights: Float[Array, " edges"]) -> Float[Array, "..."]:
-        """Edge-list values `[E]` in the native format; masked-out edges become 0."""
-        return self._native(weights[:, None])[..., 0]
+        """Edge-list values `[E]` in the native shape; masked-out edges become 0."""
+        return self.to_native(weights[:, None])[..., 0]
 
     @abc.abstractmethod
     def edge_values(self, native: Float[Array, "..."]) -> Float[Array, " edges"]:
-        """Native values back as `[E]` (0 on masked-out edge slots)."""
+        """Native values back as an edge list `[E]` (0 on masked-out edge slots)."""
 
     @abc.abstractmethod
     def native_mask(self) -> Bool[Array, "..."]:
-        """True where a native entry is an active edge."""
+        """`[*native]`: True where a native entry is an active edge."""
 
-    # -- trailing-batch internals -------------------------------------------------
-
-    @abc.abstractmethod
-    def _native(self, weights: Array) -> Array:
-        """`native_weights` for `[E, B]` values: `[*native, B]`."""
+    # -- population-last (a trailing batch axis B on every array) -------------------
 
     @abc.abstractmethod
-    def _pre(self, x: Array) -> Array:
-        """`x[src]` per native entry, `[*native, B]` or broadcastable to it."""
+    def to_native(
+        self, weights: Float[Array, "edges batch"]
+    ) -> Float[Array, "*native batch"]:
+        """Edge-list values `[E, B]` in the native shape `[*native, B]`."""
 
     @abc.abstractmethod
-    def _post(self, x: Array) -> Array:
-        """`x[dst]` per native entry, `[*native, B]` or broadcastable to it."""
+    def pre(self, x: Float[Array, "neurons batch"]) -> Float[Array, "..."]:
+        """`x[src]` per native entry: `[*native, B]` or broadcastable to it."""
 
     @abc.abstractmethod
-    def _collect(self, values: Array) -> Array:
-        """Sum native `[*native, B]` values into their destination neurons `[N, B]`."""
+    def post(self, x: Float[Array, "neurons batch"]) -> Float[Array, "..."]:
+        """`x[dst]` per native entry: `[*native, B]` or broadcastable to it."""
 
-    def _propagate(self, weights: Array, x: Array) -> Array:
-        """Currents `[N, B]` from native weights `[*native, B]` and rates `[N, B]`."""
-        return self._collect(weights * self._pre(x))
+    @abc.abstractmethod
+    def collect(
+        self, values: Float[Array, "*native batch"]
+    ) -> Float[Array, "neurons batch"]:
+        """Sum native values `[*native, B]` into their destination neurons `[N, B]`."""
 
-    def _propagate_pre(self, weights: Array, x: Array) -> tuple[Array, Array]:
-        """`(currents, pre)`: propagation plus the presynaptic values it gathered."""
-        pre = self._pre(x)
-        return self._collect(weights * pre), pre
+    def currents(
+        self,
+        weights: Float[Array, "*native #batch"],
+        x: Float[Array, " neurons #batch"],
+    ) -> Float[Array, " neurons #batch"]:
+        """Input currents `[N, B]` from native weights and rates `[N, B]`."""
+        return self.collect(weights * self.pre(x))
+
+    def currents_and_pre(
+        self,
+        weights: Float[Array, "*native #batch"],
+        x: Float[Array, " neurons #batch"],
+    ) -> tuple[Float[Array, " neurons #batch"], Float[Array, "..."]]:
+        """`(currents(weights, x), pre(x))`: plasticity needs the gathered `pre` too."""
+        pre = self.pre(x)
+        return self.collect(weights * pre), pre
 
 
 class SegmentLayout(AbstractLayout):
@@ -126,39 +125,44 @@ class SegmentLayout(AbstractLayout):
     def native_shape(self) -> tuple[int, ...]:
         return (self.num_edges,)
 
-    def native_weights(self, weights: Float[Array, " edges"]) -> Float[Array, " edges"]:
-        return _masked(self.mask, weights)
-
     def edge_values(self, native: Float[Array, " edges"]) -> Float[Array, " edges"]:
         return _masked(self.mask, native)
 
     def native_mask(self) -> Bool[Array, " edges"]:
         return self.mask
 
-    def _native(self, weights: Array) -> Array:
+    def to_native(
+        self, weights: Float[Array, "edges batch"]
+    ) -> Float[Array, "edges batch"]:
         return _masked(self.mask[:, None], weights)
 
-    def _pre(self, x: Array) -> Array:
+    def pre(self, x: Float[Array, "neurons batch"]) -> Float[Array, "edges batch"]:
         return x[self.src]
 
-    def _post(self, x: Array) -> Array:
+    def post(self, x: Float[Array, "neurons batch"]) -> Float[Array, "edges batch"]:
         return x[self.dst]
 
-    def _collect(self, values: Array) -> Array:
+    def collect(
+        self, values: Float[Array, "edges batch"]
+    ) -> Float[Array, "neurons batch"]:
+        # canonical topologies sort dst over the whole array (padding included)
         return jax.ops.segment_sum(
             values, self.dst, self.num_neurons, indices_are_sorted=True
         )
 
 
 class GatherLayout(AbstractLayout):
-    """Fixed in-degree `[K, N]`: per slot k, gather `x[src[k]]`; sum over slots."""
+    """Fixed in-degree `[K, N]`: per slot k, gather `x[src[k]]`; sum over slots.
+
+    K is the largest fan-in; a neuron with fewer inputs has masked-out slots.
+    """
 
     name: ClassVar[str] = "gather"
     population_last: ClassVar[bool] = True
-    src: Int[Array, "slots neurons"]
-    edge: Int[Array, "slots neurons"]
+    src: Int[Array, "slots neurons"]  # source neuron of slot (k, i)
+    edge: Int[Array, "slots neurons"]  # edge-list id of slot (k, i)
     mask: Bool[Array, "slots neurons"]
-    edge_slot: Int[Array, " edges"]
+    edge_slot: Int[Array, " edges"]  # slot k of edge e (its dst is the column)
     edge_dst: Int[Array, " edges"]
     edge_mask: Bool[Array, " edges"]
     num_neurons: int = eqx.field(static=True)
@@ -167,7 +171,7 @@ class GatherLayout(AbstractLayout):
 
     def __init__(self, topology: Topology):
         n, e = topology.num_neurons, topology.num_edges
-        k = max(1, topology.max_fan_in)
+        k = max(1, topology.max_fan_in)  # one slot even without edges: static shapes
         src = np.asarray(topology.src)
         dst = np.asarray(topology.dst)
         mask = np.asarray(topology.mask)
@@ -194,29 +198,26 @@ class GatherLayout(AbstractLayout):
     def native_shape(self) -> tuple[int, ...]:
         return (self.num_slots, self.num_neurons)
 
-    def native_weights(
-        self, weights: Float[Array, " edges"]
-    ) -> Float[Array, "slots neurons"]:
-        return self._native(weights[:, None])[..., 0]
-
-    def edge_values(
-        self, native: Float[Array, "slots neurons"]
-    ) -> Float[Array, " edges"]:
+    def edge_values(self, native: Float[Array, "slots cols"]) -> Float[Array, " edges"]:
         return _masked(self.edge_mask, native[self.edge_slot, self.edge_dst])
 
-    def _native(self, weights: Array) -> Array:
-        return _masked(self.mask[..., None], weights[self.edge])
-
-    def native_mask(self) -> Bool[Array, "slots neurons"]:
+    def native_mask(self) -> Bool[Array, "slots cols"]:
         return self.mask
 
-    def _pre(self, x: Array) -> Array:
+    def to_native(
+        self, weights: Float[Array, "edges batch"]
+    ) -> Float[Array, "slots cols batch"]:
+        return _masked(self.mask[..., None], weights[self.edge])
+
+    def pre(self, x: Float[Array, "neurons batch"]) -> Float[Array, "slots cols batch"]:
         return x[self.src]
 
-    def _post(self, x: Array) -> Array:
+    def post(self, x: Float[Array, "neurons batch"]) -> Float[Array, "1 neurons batch"]:
         return x[None]
 
-    def _collect(self, values: Array) -> Array:
+    def collect(
+        self, values: Float[Array, "slots neurons batch"]
+    ) -> Float[Array, "neurons batch"]:
         # A loop over slots: each iteration adds one contiguous [N, B] slab. XLA's
         # fused reduction over the leading axis of [K, N, B] was up to 20x slower.
         def body(k: Array, acc: Array) -> Array:
@@ -224,7 +225,12 @@ class GatherLayout(AbstractLayout):
 
         return lax.fori_loop(0, self.num_slots, body, jnp.zeros_like(values[0]))
 
-    def _propagate(self, weights: Array, x: Array) -> Array:
+    def currents(
+        self,
+        weights: Float[Array, "slots neurons #batch"],
+        x: Float[Array, " neurons #batch"],
+    ) -> Float[Array, " neurons #batch"]:
+        # as collect(weights * pre(x)), without materialising the [K, N, B] product
         def body(k: Array, acc: Array) -> Array:
             return acc + weights[k] * x[self.src[k]]
 
@@ -256,17 +262,17 @@ class DenseLayout(AbstractLayout):
     def native_shape(self) -> tuple[int, ...]:
         return (self.num_neurons, self.num_neurons)
 
-    def native_weights(
-        self, weights: Float[Array, " edges"]
-    ) -> Float[Array, "neurons neurons"]:
-        return self._native(weights[:, None])[..., 0]
-
     def edge_values(
         self, native: Float[Array, "neurons neurons"]
     ) -> Float[Array, " edges"]:
         return _masked(self.edge_mask, native[self.dst, self.src])
 
-    def _native(self, weights: Array) -> Array:
+    def native_mask(self) -> Bool[Array, "neurons neurons"]:
+        return self.mask
+
+    def to_native(
+        self, weights: Float[Array, "edges batch"]
+    ) -> Float[Array, "neurons neurons batch"]:
         n = self.num_neurons
         values = _masked(self.edge_mask[:, None], weights)
         # add, not set: padding slots point at (N-1, 0) and must not overwrite an
@@ -274,25 +280,33 @@ class DenseLayout(AbstractLayout):
         zeros = jnp.zeros((n, n, weights.shape[-1]), weights.dtype)
         return zeros.at[self.dst, self.src].add(values)
 
-    def native_mask(self) -> Bool[Array, "neurons neurons"]:
-        return self.mask
-
-    def _pre(self, x: Array) -> Array:
+    def pre(self, x: Float[Array, "neurons batch"]) -> Float[Array, "1 neurons batch"]:
         return x[None, :]
 
-    def _post(self, x: Array) -> Array:
+    def post(self, x: Float[Array, "neurons batch"]) -> Float[Array, "neurons 1 batch"]:
         return x[:, None]
 
-    def _collect(self, values: Array) -> Array:
+    def collect(
+        self, values: Float[Array, "neurons neurons batch"]
+    ) -> Float[Array, "neurons batch"]:
         return jnp.sum(values, axis=1)
 
-    def _propagate_pre(self, weights: Array, x: Array) -> tuple[Array, Array]:
-        return self._propagate(weights, x), self._pre(x)
-
-    def _propagate(self, weights: Array, x: Array) -> Array:
+    def currents(
+        self,
+        weights: Float[Array, "neurons neurons #batch"],
+        x: Float[Array, " neurons #batch"],
+    ) -> Float[Array, " neurons #batch"]:
+        # one genome (B = 1, the per-genome vmap path): a plain matrix-vector product
         if weights.shape[-1] == 1 and x.shape[-1] == 1:
             return (weights[..., 0] @ x[..., 0])[..., None]
         return jnp.einsum("ijb,jb->ib", weights, x)
+
+    def currents_and_pre(
+        self,
+        weights: Float[Array, "neurons neurons #batch"],
+        x: Float[Array, " neurons #batch"],
+    ) -> tuple[Float[Array, " neurons #batch"], Float[Array, "1 neurons #batch"]]:
+        return self.currents(weights, x), self.pre(x)
 
 
 # -- choosing a layout ------------------------------------------------------------
@@ -356,16 +370,9 @@ def choose_layout(
     return "segment"
 
 
-_LAYOUT_CLASSES: dict[str, Callable[[Topology], AbstractLayout]] = {
-    "segment": SegmentLayout,
-    "gather": GatherLayout,
-    "dense": DenseLayout,
-}
-
-
 def _propagate_trailing(layout: AbstractLayout, data: tuple[Array, Array]) -> Array:
     weights, x = data
-    return layout._propagate(weights, x)
+    return layout.currents(weights, x)
 
 
 def propagate(

@@ -1,11 +1,4 @@
-"""Dense recurrent policy: a leaky tanh RNN with a linear tanh readout.
-
-    h' = (1 - a) h + a tanh(W h + U obs + b),   a = dt / max(tau, dt)
-    action = tanh(V h' + c)
-
-With `tau == dt` (a = 1) this is an Elman network; larger `tau` makes the hidden
-units leaky integrators (a discretised continuous-time RNN).
-"""
+"""`RecurrentPolicy`: a dense leaky tanh RNN with a linear tanh readout."""
 
 import math
 
@@ -13,6 +6,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 
+from .._checks import positive_int, positive_number
 from .._types import Array, Float, PRNGKey
 from .base import AbstractPolicy
 
@@ -25,6 +19,13 @@ class RecurrentState(eqx.Module):
 
 class RecurrentPolicy(AbstractPolicy):
     """A fully connected recurrent policy; every weight is evolvable.
+
+        h' = (1 - a) h + a tanh(W h + U obs + b),   a = dt / max(tau, dt)
+        action = tanh(V h' + c)
+
+    With `tau == dt` (a = 1) this is an Elman network (Elman 1990, "Finding
+    structure in time"); a larger `tau` makes the hidden units leaky integrators
+    (a discretised continuous-time RNN; Beer 1995).
 
     Arguments:
         obs_size, action_size: observation and action sizes.
@@ -58,20 +59,15 @@ class RecurrentPolicy(AbstractPolicy):
         gain: float = 0.9,
         key: PRNGKey,
     ):
-        for name, value in (
-            ("obs_size", obs_size),
-            ("action_size", action_size),
-            ("hidden_size", hidden_size),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int; got {value!r}")
-        for name, value in (("tau", tau), ("dt", dt)):
-            if not (isinstance(value, int | float) and value > 0):
-                raise ValueError(f"{name} must be > 0; got {value!r}")
+        obs_size = positive_int("obs_size", obs_size)
+        action_size = positive_int("action_size", action_size)
+        hidden_size = positive_int("hidden_size", hidden_size)
+        tau, dt = positive_number("tau", tau), positive_number("dt", dt)
         rkey, ikey, okey = jr.split(key, 3)
         self.recurrent_weight = (
             gain / math.sqrt(hidden_size) * jr.normal(rkey, (hidden_size, hidden_size))
         )
+        # 1/sqrt(fan-in) scales: unit-variance inputs give unit-variance drive
         self.input_weight = jr.normal(ikey, (hidden_size, obs_size)) / math.sqrt(
             obs_size
         )
@@ -81,7 +77,8 @@ class RecurrentPolicy(AbstractPolicy):
         )
         self.readout_bias = jnp.zeros(action_size)
         self.obs_size, self.action_size = obs_size, action_size
-        self.leak = float(dt) / max(float(tau), float(dt))
+        # static: tau and dt are configuration, not evolved
+        self.leak = dt / max(tau, dt)
 
     @property
     def hidden_size(self) -> int:

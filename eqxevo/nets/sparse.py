@@ -1,42 +1,20 @@
 """Sparse rate and spiking policies: a `Topology`, a layout, neurons and plasticity.
 
-The genome holds what evolution sets: initial edge weights `[E]` (in edge-list
-order, whatever the layout, so the search space does not depend on it), input
-gains, neuron biases and time constants, readout parameters and plasticity rule
-coefficients. The topology and layout index arrays are integer leaves, shared by
-the population. The lifetime state holds neuron state and, for plastic networks,
-the plastic weights and eligibility traces in the layout's native format.
-
-Observations drive the input neurons `input_ids` as external current
-(`input_weight * obs`); actions are read from the output neurons `output_ids`:
-their rates for a rate network, `tanh(readout_weight * y + readout_bias)` of their
-low-pass filtered spike trains `y` for a spiking one. Both lie in [-1, 1].
-
-One step (rate network; the spiking one is the same with LIF units, spikes for
-rates and STDP for the Hebbian increment):
-
-    I = W x + inject(input_weight * obs)        # propagate.py
-    v, x = neurons.step(v, I)                   # neurons.py
-    action = x[output_ids]
-    e = lambda e + increment(x_pre, x_post)     # plasticity.py (plastic only)
-    w = clip(w + eta m e)                       # modulation="neuron": here;
-                                                # modulation="reward": in reinforce
-
-A whole step runs through `batching.population_last`, so under `jax.vmap` over
-genomes (as in `eqxevo.evaluate`) the population steps at once with its axis last.
-With `layout="pallas"` the step's propagation, neuron update and trace update
-run as one fused Pallas kernel (`fused.py`) instead of separate XLA operations.
+See docs/networks.md ("Sparse policies") for one step and what the genome holds.
 """
 
+import abc
+import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 from jax import lax
 
+from .._checks import positive_int, positive_number
 from .._types import Array, Float, PRNGKey, Scalar
 from .base import AbstractPolicy
 from .batching import population_last
@@ -44,9 +22,9 @@ from .fused import PallasLayout
 from .layouts import make_layout
 from .neurons import LIFNeurons, RateNeurons
 from .plasticity import (
+    AbstractRule,
     HebbianRule,
     PlasticState,
-    Rule,
     STDPRule,
     random_bits,
     reward_modulation,
@@ -98,6 +76,7 @@ class SparseSpikingState(eqx.Module):
 def _ids(
     name: str, ids: Sequence[int] | None, default: range, num_neurons: int, size: int
 ) -> tuple[int, ...]:
+    # static ints: injection and readout index with constants (contiguous: a slice)
     out = tuple(default) if ids is None else tuple(int(i) for i in ids)
     if len(out) != size:
         raise ValueError(f"{name} must name {size} neurons; got {len(out)}: {out}")
@@ -114,6 +93,7 @@ def _contiguous(ids: tuple[int, ...]) -> bool:
 
 def _inject(current: Array, values: Array, ids: tuple[int, ...]) -> Array:
     """Add `values[k]` to `current[ids[k]]` (trailing axes broadcast)."""
+    # A contiguous block of ids (the default) is a pad and an add: no scatter.
     if _contiguous(ids):
         start, n = ids[0], current.shape[0]
         pad = ((start, n - start - len(ids)),) + ((0, 0),) * (values.ndim - 1)
@@ -133,13 +113,7 @@ def _read(values: Array, ids: tuple[int, ...]) -> Array:
     return values[jnp.asarray(ids)]
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int; got {value!r}")
-    return value
-
-
-def _check_rule(rule: Rule | None, expected: type, num_neurons: int) -> None:
+def _check_rule(rule: AbstractRule | None, expected: type, num_neurons: int) -> None:
     if rule is None:
         return
     if not isinstance(rule, expected):
@@ -161,58 +135,23 @@ def _split(policy: eqx.Module) -> tuple[Any, Any]:
     )
 
 
-def _fixed_weights(layout: AbstractLayout, weights: Array) -> Array:
-    """Native weights of a non-plastic genome, computed from its `[E]` weights.
-
-    They depend on the genome alone, so inside a rollout's scan they are loop
-    invariant; the barrier keeps XLA from fusing the conversion into the
-    per-step propagation, so that it hoists it out of the loop instead (the
-    dense scatter cost more than the whole step otherwise).
-    """
-    return lax.optimization_barrier(layout._native(weights))
-
-
-def _initial_plastic(
-    layout: AbstractLayout, weights: Array, rule: Rule, key: PRNGKey
-) -> PlasticState:
-    lo, hi = rule.weight_bounds
-    native = jnp.clip(layout.native_weights(weights), lo, hi)
-    return PlasticState(
-        weights=jnp.where(layout.native_mask(), native, 0.0),
-        trace=jnp.zeros(layout.native_shape, rule.trace_dtype),
-        modulation=jnp.zeros((), jnp.float32),
-        baseline=jnp.zeros((), jnp.float32),
-        seed=jr.bits(key, (), jnp.uint32),
-        step=jnp.zeros((), jnp.uint32),
-    )
-
-
-def _trace_step(
+def _plastic_step(
     layout: AbstractLayout,
-    rule: Rule,
+    rule: AbstractRule,
     plastic: PlasticState,
+    weights: Array,
     increment: Array,
-    decay: float,
-) -> Array:
+    activity: Array,
+    dt: float,
+) -> PlasticState:
+    """Advance the eligibility traces by `increment`, then apply a neuron-modulated
+    update (if configured); population-last, in the layout's native format."""
     bits = None
     if plastic.trace.dtype != jnp.float32:
         bits = random_bits(plastic.seed, plastic.step, layout.native_shape)
-    return update_trace(plastic.trace, increment, decay, bits)
-
-
-def _finish_plastic(
-    layout: AbstractLayout,
-    rule: Rule,
-    plastic: PlasticState,
-    weights: Array,
-    trace: Array,
-    activity: Array,
-) -> PlasticState:
-    """Apply a neuron-modulated update (if configured) and advance the step."""
-    modulation = plastic.modulation
+    trace = update_trace(plastic.trace, increment, rule.eligibility_decay(dt), bits)
+    modulation = rule.step_modulation(plastic.modulation, activity)
     if rule.modulation == "neuron":
-        assert rule.modulator is not None
-        modulation = activity[rule.modulator]
         weights = three_factor_update(
             weights,
             trace,
@@ -221,28 +160,7 @@ def _finish_plastic(
             rule.weight_bounds,
             layout.native_mask()[..., None],
         )
-    return PlasticState(
-        weights=weights,
-        trace=trace,
-        modulation=modulation,
-        baseline=plastic.baseline,
-        seed=plastic.seed,
-        step=plastic.step + jnp.uint32(1),
-    )
-
-
-def _reinforce(
-    layout: AbstractLayout,
-    rule: Rule | None,
-    reward: Scalar,
-    plastic: PlasticState | None,
-) -> PlasticState | None:
-    if rule is None or rule.modulation != "reward" or plastic is None:
-        return plastic
-    # Through population_last like the step itself: the plastic arrays are then
-    # only ever touched population-last, and XLA keeps them in that layout.
-    update = population_last(_reinforce_trailing, enabled=layout.population_last)
-    return update(layout, (rule, reward, plastic))
+    return plastic.advanced(weights, trace, modulation)
 
 
 def _reinforce_trailing(layout: AbstractLayout, data: Any) -> PlasticState:
@@ -259,28 +177,154 @@ def _reinforce_trailing(layout: AbstractLayout, data: Any) -> PlasticState:
         rule.weight_bounds,
         layout.native_mask()[..., None],
     )
-    return PlasticState(
-        weights=weights,
-        trace=plastic.trace,
-        modulation=modulation,
-        baseline=baseline,
-        seed=plastic.seed,
-        step=plastic.step,
+    return dataclasses.replace(
+        plastic, weights=weights, modulation=modulation, baseline=baseline
     )
+
+
+def _trailing_step(index: Any, data: Any) -> tuple[Array, Any]:
+    genome, obs, state = data
+    policy: AbstractSparsePolicy[Any] = eqx.combine(index, genome)
+    return policy._trailing_step(obs, state)
+
+
+# -- the shared part of both policies -------------------------------------------
+
+RuleT = TypeVar("RuleT", bound=AbstractRule)
+
+
+class AbstractSparsePolicy(AbstractPolicy, Generic[RuleT]):
+    """A sparse recurrent network on a `Topology`: what rate and spiking ones share.
+
+    Observations drive the input neurons `input_ids` as an external current
+    `input_weight * obs`; actions are read from the output neurons `output_ids`.
+    The genome holds the initial edge weights `[E]` in edge-list order, whatever
+    the layout; the layout's index arrays are integer leaves, shared by a
+    population. A subclass provides `_trailing_step`, one step with a trailing
+    population axis on every array (see `batching.population_last`).
+    """
+
+    weights: Float[Array, " edges"]
+    input_weight: Float[Array, " obs"]
+    obs_size: int = eqx.field(static=True)
+    action_size: int = eqx.field(static=True)
+    input_ids: tuple[int, ...] = eqx.field(static=True)
+    output_ids: tuple[int, ...] = eqx.field(static=True)
+    layout: eqx.AbstractVar[AbstractLayout]
+    rule: eqx.AbstractVar[RuleT | None]
+
+    def _init_io(
+        self,
+        obs_size: int,
+        action_size: int,
+        input_ids: Sequence[int] | None,
+        output_ids: Sequence[int] | None,
+        n: int,
+    ) -> None:
+        """Set the sizes and the input/output neurons (called by `__init__`)."""
+        self.obs_size = positive_int("obs_size", obs_size)
+        self.action_size = positive_int("action_size", action_size)
+        self.input_ids = _ids("input_ids", input_ids, range(obs_size), n, obs_size)
+        self.output_ids = _ids(
+            "output_ids", output_ids, range(n - action_size, n), n, action_size
+        )
+
+    def _init_edges(
+        self,
+        topology: Topology,
+        layout: str,
+        plasticity: RuleT | None,
+        rule_type: type[RuleT],
+        weight_scale: float,
+        key: PRNGKey,
+    ) -> None:
+        """Set the layout, the rule and the initial weights (called by `__init__`)."""
+        n = topology.num_neurons
+        _check_rule(plasticity, rule_type, n)
+        self.layout = make_layout(topology, layout, plastic=plasticity is not None)
+        self.rule = plasticity
+        # weight_scale * N(0, 1) / sqrt(mean fan-in)
+        fan_in = max(1.0, topology.num_active / n)
+        scale = float(weight_scale) / math.sqrt(fan_in)
+        self.weights = scale * jr.normal(key, (topology.num_edges,))
+
+    @property
+    def num_neurons(self) -> int:
+        return self.layout.num_neurons
+
+    def _initial_plastic(self, key: PRNGKey) -> PlasticState | None:
+        """The plastic state at birth (None without a rule)."""
+        layout, rule = self.layout, self.rule
+        if rule is None:
+            del key
+            return None
+        # the genome's weights, clipped into the rule's bounds; masked entries stay 0
+        lo, hi = rule.weight_bounds
+        native = jnp.clip(layout.native_weights(self.weights), lo, hi)
+        return PlasticState(
+            weights=jnp.where(layout.native_mask(), native, 0.0),
+            trace=jnp.zeros(layout.native_shape, rule.trace_dtype),
+            modulation=jnp.zeros((), jnp.float32),
+            baseline=jnp.zeros((), jnp.float32),
+            seed=jr.bits(key, (), jnp.uint32),
+            step=jnp.zeros((), jnp.uint32),
+        )
+
+    def _step_weights(self, plastic: PlasticState | None) -> Array:
+        """This step's native weights `[*native, B]` (population-last)."""
+        if plastic is not None:
+            return plastic.weights
+        # Fixed weights depend on the genome alone, so inside a rollout's scan
+        # they are loop invariant; the barrier keeps XLA from fusing the
+        # conversion into the per-step propagation, so that it hoists it out of
+        # the loop instead (the dense scatter cost more than the whole step).
+        return lax.optimization_barrier(self.layout.to_native(self.weights))
+
+    @abc.abstractmethod
+    def _trailing_step(self, obs: Array, state: Any) -> tuple[Array, Any]:
+        """One step, population-last: `(action [A, B], state)`."""
+
+    def __call__(self, obs: Float[Array, " obs"], state: Any) -> tuple[Any, Any]:
+        # Index leaves are shared: only the genome and the state get a trailing
+        # population axis under vmap.
+        index, genome = _split(self)
+        step = population_last(_trailing_step, enabled=self.layout.population_last)
+        return step(index, (genome, obs, state))
+
+    def reinforce(self, reward: Scalar, state: Any) -> Any:
+        rule, plastic = self.rule, state.plastic
+        if rule is None or rule.modulation != "reward" or plastic is None:
+            return state
+        # Through population_last like the step itself: the plastic arrays are then
+        # only ever touched population-last, and XLA keeps them in that layout.
+        update = population_last(
+            _reinforce_trailing, enabled=self.layout.population_last
+        )
+        plastic = update(self.layout, (rule, reward, plastic))
+        return dataclasses.replace(state, plastic=plastic)
 
 
 # -- rate network -------------------------------------------------------------------
 
 
-class SparseRatePolicy(AbstractPolicy):
+class SparseRatePolicy(AbstractSparsePolicy[HebbianRule]):
     """A sparse recurrent network of leaky tanh rate units, optionally plastic.
+
+    One step, from the rates `x` of the last one:
+
+        I = W x + inject(input_weight * obs)     (W: the topology's edges)
+        v, x = RateNeurons.step(v, I)
+        action = x[output_ids]                   (in [-1, 1])
+
+    and with a `HebbianRule`, the eligibility trace and three-factor update on
+    the plastic weights (in `reinforce` for modulation="reward").
 
     Arguments:
         obs_size, action_size: observation and action sizes.
         topology: the shared connectivity (see `Topology`).
-        layout: `"auto"` (default; measured rule), `"segment"`, `"gather"`,
-            `"dense"` or `"pallas"` (the fused kernel; see `fused.py`). Results
-            agree across layouts up to float rounding.
+        layout: `"auto"` (default; `choose_layout`'s measured rule),
+            `"segment"`, `"gather"`, `"dense"` or `"pallas"` (the fused kernel,
+            `PallasLayout`). Results agree across layouts up to float rounding.
         tau, dt: initial time constant and step length of the rate units.
         plasticity: a `HebbianRule`, or None for fixed weights.
         input_ids, output_ids: neurons receiving the observation / giving the
@@ -294,15 +338,9 @@ class SparseRatePolicy(AbstractPolicy):
         >>> action, state = policy(obs, policy.initial_state(jr.key(2)))
     """
 
-    weights: Float[Array, " edges"]
-    input_weight: Float[Array, " obs"]
     neurons: RateNeurons
     rule: HebbianRule | None
     layout: AbstractLayout
-    obs_size: int = eqx.field(static=True)
-    action_size: int = eqx.field(static=True)
-    input_ids: tuple[int, ...] = eqx.field(static=True)
-    output_ids: tuple[int, ...] = eqx.field(static=True)
 
     def __init__(
         self,
@@ -320,85 +358,62 @@ class SparseRatePolicy(AbstractPolicy):
         key: PRNGKey,
     ):
         n = topology.num_neurons
-        self.obs_size = _positive_int("obs_size", obs_size)
-        self.action_size = _positive_int("action_size", action_size)
-        self.input_ids = _ids("input_ids", input_ids, range(obs_size), n, obs_size)
-        self.output_ids = _ids(
-            "output_ids", output_ids, range(n - action_size, n), n, action_size
-        )
-        _check_rule(plasticity, HebbianRule, n)
-        self.layout = make_layout(topology, layout, plastic=plasticity is not None)
+        self._init_io(obs_size, action_size, input_ids, output_ids, n)
+        self._init_edges(topology, layout, plasticity, HebbianRule, weight_scale, key)
         self.neurons = RateNeurons(n, tau=tau, dt=dt)
-        self.rule = plasticity
-        fan_in = max(1.0, topology.num_active / n)
-        scale = float(weight_scale) / math.sqrt(fan_in)
-        self.weights = scale * jr.normal(key, (topology.num_edges,))
         self.input_weight = jnp.ones(obs_size)
-
-    @property
-    def num_neurons(self) -> int:
-        return self.layout.num_neurons
 
     def initial_state(self, key: PRNGKey) -> SparseRateState:
         n = self.num_neurons
-        plastic = None
-        if self.rule is not None:
-            plastic = _initial_plastic(self.layout, self.weights, self.rule, key)
-        else:
-            del key
+        plastic = self._initial_plastic(key)
         return SparseRateState(
             potential=jnp.zeros(n), rate=jnp.zeros(n), plastic=plastic
         )
 
-    def __call__(
-        self, obs: Float[Array, " obs"], state: SparseRateState
-    ) -> tuple[Float[Array, " action"], SparseRateState]:
-        index, genome = _split(self)
-        step = population_last(_rate_step, enabled=self.layout.population_last)
-        return step(index, (genome, obs, state))
-
-    def reinforce(self, reward: Scalar, state: SparseRateState) -> SparseRateState:
-        plastic = _reinforce(self.layout, self.rule, reward, state.plastic)
-        return SparseRateState(state.potential, state.rate, plastic)
-
-
-def _rate_step(index: Any, data: Any) -> tuple[Array, SparseRateState]:
-    genome, obs, state = data
-    policy: SparseRatePolicy = eqx.combine(index, genome)
-    layout, rule = policy.layout, policy.rule
-    x, plastic = state.rate, state.plastic
-    if isinstance(layout, PallasLayout):
+    def _trailing_step(
+        self, obs: Array, state: SparseRateState
+    ) -> tuple[Array, SparseRateState]:
+        layout, rule, x, plastic = self.layout, self.rule, state.rate, state.plastic
+        weights = self._step_weights(plastic)
+        if isinstance(layout, PallasLayout):
+            external = _external(x, self.input_weight * obs, self.input_ids)
+            potential, rate, plastic = layout.rate_step(
+                self.neurons, rule, weights, state.potential, x, external, plastic
+            )
+            return _read(rate, self.output_ids), SparseRateState(
+                potential, rate, plastic
+            )
         if plastic is None:
-            weights = _fixed_weights(layout, policy.weights)
+            current, pre = layout.currents(weights, x), None
         else:
-            weights = plastic.weights
-        external = _external(x, policy.input_weight * obs, policy.input_ids)
-        potential, rate, plastic = layout._rate_step(
-            policy.neurons, rule, weights, state.potential, x, external, plastic
-        )
-        return _read(rate, policy.output_ids), SparseRateState(potential, rate, plastic)
-    if plastic is None:
-        weights = _fixed_weights(layout, policy.weights)
-        current, pre = layout._propagate(weights, x), None
-    else:
-        weights = plastic.weights
-        current, pre = layout._propagate_pre(weights, x)
-    current = _inject(current, policy.input_weight * obs, policy.input_ids)
-    potential, rate = policy.neurons.step(state.potential, current)
-    action = _read(rate, policy.output_ids)
-    if plastic is not None:
-        assert isinstance(rule, HebbianRule) and pre is not None
-        increment = rule.increment(pre, layout._post(rate))
-        trace = _trace_step(layout, rule, plastic, increment, rule.trace_decay)
-        plastic = _finish_plastic(layout, rule, plastic, weights, trace, rate)
-    return action, SparseRateState(potential, rate, plastic)
+            current, pre = layout.currents_and_pre(weights, x)
+        current = _inject(current, self.input_weight * obs, self.input_ids)
+        potential, rate = self.neurons.step(state.potential, current)
+        action = _read(rate, self.output_ids)
+        if plastic is not None:
+            assert rule is not None and pre is not None
+            increment = rule.increment(pre, layout.post(rate))
+            plastic = _plastic_step(
+                layout, rule, plastic, weights, increment, rate, self.neurons.dt
+            )
+        return action, SparseRateState(potential, rate, plastic)
 
 
 # -- spiking network ----------------------------------------------------------------
 
 
-class SparseSpikingPolicy(AbstractPolicy):
+class SparseSpikingPolicy(AbstractSparsePolicy[STDPRule]):
     """A sparse recurrent network of LIF units, optionally with STDP plasticity.
+
+    One step, from the spikes `s` of the last one:
+
+        I = W s + inject(input_weight * obs)
+        v, c, s = LIFNeurons.step(v, c, I)
+        y = beta y + (1 - beta) s[output_ids],   beta = exp(-dt / readout_tau)
+        action = tanh(readout_weight * y + readout_bias)      (in [-1, 1])
+
+    and with an `STDPRule`, the spike traces, eligibility traces and
+    three-factor update on the plastic weights.
 
     Arguments:
         obs_size, action_size: observation and action sizes.
@@ -414,17 +429,11 @@ class SparseSpikingPolicy(AbstractPolicy):
         key: initialisation key (keyword-only, last).
     """
 
-    weights: Float[Array, " edges"]
-    input_weight: Float[Array, " obs"]
     readout_weight: Float[Array, " action"]
     readout_bias: Float[Array, " action"]
     neurons: LIFNeurons
     rule: STDPRule | None
     layout: AbstractLayout
-    obs_size: int = eqx.field(static=True)
-    action_size: int = eqx.field(static=True)
-    input_ids: tuple[int, ...] = eqx.field(static=True)
-    output_ids: tuple[int, ...] = eqx.field(static=True)
     readout_decay: float = eqx.field(static=True)
 
     def __init__(
@@ -448,16 +457,9 @@ class SparseSpikingPolicy(AbstractPolicy):
         key: PRNGKey,
     ):
         n = topology.num_neurons
-        self.obs_size = _positive_int("obs_size", obs_size)
-        self.action_size = _positive_int("action_size", action_size)
-        self.input_ids = _ids("input_ids", input_ids, range(obs_size), n, obs_size)
-        self.output_ids = _ids(
-            "output_ids", output_ids, range(n - action_size, n), n, action_size
-        )
-        _check_rule(plasticity, STDPRule, n)
-        if not (isinstance(readout_tau, int | float) and readout_tau > 0):
-            raise ValueError(f"readout_tau must be > 0; got {readout_tau!r}")
-        self.layout = make_layout(topology, layout, plastic=plasticity is not None)
+        self._init_io(obs_size, action_size, input_ids, output_ids, n)
+        readout_tau = positive_number("readout_tau", readout_tau)
+        self._init_edges(topology, layout, plasticity, STDPRule, weight_scale, key)
         self.neurons = LIFNeurons(
             n,
             tau=tau,
@@ -466,26 +468,18 @@ class SparseSpikingPolicy(AbstractPolicy):
             reset=reset,
             refractory_period=refractory_period,
         )
-        self.rule = plasticity
         self.readout_decay = math.exp(-self.neurons.dt / readout_tau)
-        fan_in = max(1.0, topology.num_active / n)
-        scale = float(weight_scale) / math.sqrt(fan_in)
-        self.weights = scale * jr.normal(key, (topology.num_edges,))
         self.input_weight = jnp.full(obs_size, float(input_scale))
         # tanh(4 y - 2): a silent output gives -0.96, one firing every step 0.96
         self.readout_weight = jnp.full(action_size, 4.0)
         self.readout_bias = jnp.full(action_size, -2.0)
 
-    @property
-    def num_neurons(self) -> int:
-        return self.layout.num_neurons
-
     def initial_state(self, key: PRNGKey) -> SparseSpikingState:
         n = self.num_neurons
         plastic = pre = post = None
         if self.rule is not None:
-            plastic = _initial_plastic(self.layout, self.weights, self.rule, key)
-            pre, post = jnp.zeros(n), jnp.zeros(n)
+            plastic = self._initial_plastic(key)
+            pre, post = jnp.zeros(n), jnp.zeros(n)  # the STDP spike traces
         else:
             del key
         return SparseSpikingState(
@@ -498,86 +492,63 @@ class SparseSpikingPolicy(AbstractPolicy):
             plastic=plastic,
         )
 
-    def __call__(
-        self, obs: Float[Array, " obs"], state: SparseSpikingState
-    ) -> tuple[Float[Array, " action"], SparseSpikingState]:
-        index, genome = _split(self)
-        step = population_last(_spiking_step, enabled=self.layout.population_last)
-        return step(index, (genome, obs, state))
-
-    def reinforce(
-        self, reward: Scalar, state: SparseSpikingState
-    ) -> SparseSpikingState:
-        plastic = _reinforce(self.layout, self.rule, reward, state.plastic)
-        return SparseSpikingState(
-            state.potential,
-            state.refractory,
-            state.spikes,
-            state.readout,
-            state.pre_trace,
-            state.post_trace,
-            plastic,
-        )
-
-
-def _spiking_step(index: Any, data: Any) -> tuple[Array, SparseSpikingState]:
-    genome, obs, state = data
-    policy: SparseSpikingPolicy = eqx.combine(index, genome)
-    layout, rule, neurons = policy.layout, policy.rule, policy.neurons
-    plastic = state.plastic
-    if plastic is None:
-        weights = _fixed_weights(layout, policy.weights)
-    else:
-        weights = plastic.weights
-    pre_trace, post_trace = state.pre_trace, state.post_trace
-    fused = isinstance(layout, PallasLayout)
-    if fused:
-        external = _external(state.spikes, policy.input_weight * obs, policy.input_ids)
-        potential, refractory, spikes, plastic = layout._spiking_step(
-            neurons,
-            rule,
-            weights,
-            state.potential,
-            state.refractory,
-            state.spikes,
-            external,
-            pre_trace,
-            post_trace,
-            plastic,
-        )
-    else:
-        current = layout._propagate(weights, state.spikes)
-        current = _inject(current, policy.input_weight * obs, policy.input_ids)
-        potential, refractory, spikes = neurons.step(
-            state.potential, state.refractory, current
-        )
-    decay = policy.readout_decay
-    readout = decay * state.readout + (1.0 - decay) * _read(spikes, policy.output_ids)
-    action = jnp.tanh(policy.readout_weight * readout + policy.readout_bias)
-    if plastic is not None:
-        assert isinstance(rule, STDPRule)
-        assert pre_trace is not None and post_trace is not None
-        dt = neurons.dt
-        if not fused:  # the kernel has updated the traces (and weights) already
-            increment = rule.increment(
-                layout._pre(pre_trace),
-                layout._pre(spikes),
-                layout._post(post_trace),
-                layout._post(spikes),
+    def _trailing_step(
+        self, obs: Array, state: SparseSpikingState
+    ) -> tuple[Array, SparseSpikingState]:
+        layout, rule, neurons = self.layout, self.rule, self.neurons
+        plastic = state.plastic
+        weights = self._step_weights(plastic)
+        pre_trace, post_trace = state.pre_trace, state.post_trace
+        fused = isinstance(layout, PallasLayout)
+        if fused:
+            external = _external(state.spikes, self.input_weight * obs, self.input_ids)
+            potential, refractory, spikes, plastic = layout.spiking_step(
+                neurons,
+                rule,
+                weights,
+                state.potential,
+                state.refractory,
+                state.spikes,
+                external,
+                pre_trace,
+                post_trace,
+                plastic,
             )
-            trace = _trace_step(
-                layout, rule, plastic, increment, math.exp(-dt / rule.tau_eligibility)
+        else:
+            current = layout.currents(weights, state.spikes)
+            current = _inject(current, self.input_weight * obs, self.input_ids)
+            potential, refractory, spikes = neurons.step(
+                state.potential, state.refractory, current
             )
-            plastic = _finish_plastic(layout, rule, plastic, weights, trace, spikes)
-        pre_trace = math.exp(-dt / rule.tau_plus) * pre_trace + spikes
-        post_trace = math.exp(-dt / rule.tau_minus) * post_trace + spikes
-    state = SparseSpikingState(
-        potential, refractory, spikes, readout, pre_trace, post_trace, plastic
-    )
-    return action, state
+        decay = self.readout_decay
+        readout = decay * state.readout + (1.0 - decay) * _read(spikes, self.output_ids)
+        action = jnp.tanh(self.readout_weight * readout + self.readout_bias)
+        if plastic is not None:
+            assert rule is not None
+            assert pre_trace is not None and post_trace is not None
+            dt = neurons.dt
+            if not fused:  # the kernel has updated the traces (and weights) already
+                increment = rule.increment(
+                    layout.pre(pre_trace),
+                    layout.pre(spikes),
+                    layout.post(post_trace),
+                    layout.post(spikes),
+                )
+                plastic = _plastic_step(
+                    layout, rule, plastic, weights, increment, spikes, dt
+                )
+            # the increment above read the spike traces from before this step's
+            # spikes; only now do they take them in
+            pre_trace = math.exp(-dt / rule.tau_plus) * pre_trace + spikes
+            post_trace = math.exp(-dt / rule.tau_minus) * post_trace + spikes
+        state = SparseSpikingState(
+            potential, refractory, spikes, readout, pre_trace, post_trace, plastic
+        )
+        return action, state
 
 
 __all__ = [
+    "AbstractSparsePolicy",
     "SparseRatePolicy",
     "SparseRateState",
     "SparseSpikingPolicy",

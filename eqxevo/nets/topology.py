@@ -1,17 +1,6 @@
-"""Sparse network topology: a fixed-size edge list sorted by destination.
+"""`Topology`: a fixed-size edge list sorted by destination, shared by a population.
 
-A `Topology` is `E_max` directed edges `src[e] -> dst[e]` plus a `mask` saying which
-of them exist. The arrays are integer/boolean pytree leaves, so `eqx.is_inexact_array`
-keeps them out of evolution and a population shares one copy. Shapes are static: a
-topology with fewer edges than `E_max` is padded with masked-out edges.
-
-Canonical order (what every constructor returns, and what the layouts in
-`propagate.py` rely on): active edges first, sorted by `(dst, src)`; then padding
-edges `0 -> N-1` with `mask=False`. So `dst` is sorted over the whole array
-(`indices_are_sorted=True` is valid for `segment_sum`) and an edge id is stable.
-
-Adjacency matrices use the weight-matrix convention `adjacency[post, pre]` (as in
-`W @ x`): entry `[i, j]` is the edge `j -> i`.
+See docs/networks.md ("Topology") for the canonical edge order the layouts rely on.
 """
 
 import math
@@ -23,13 +12,8 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from .._checks import positive_int
 from .._types import Array, Bool, Int, PRNGKey
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be a positive int; got {value!r}")
-    return int(value)
 
 
 def _rng(key: PRNGKey) -> np.random.Generator:
@@ -52,13 +36,24 @@ def _concrete(name: str, value: Any) -> np.ndarray:
         ) from err
 
 
+def _possible_edges(num_neurons: int, p: Any, self_connections: bool) -> int:
+    """The number of edges `Topology.random` may draw; checks `p`."""
+    if not (isinstance(p, int | float) and 0.0 < p <= 1.0):
+        raise ValueError(f"p must be a probability in (0, 1]; got {p!r}")
+    pairs = num_neurons * (num_neurons if self_connections else num_neurons - 1)
+    if pairs == 0:
+        raise ValueError("num_neurons=1 without self_connections has no possible edge")
+    return pairs
+
+
 class Topology(eqx.Module):
     """A directed edge list of fixed size `E_max`, sorted by destination.
 
     Build one with `Topology.fixed_fan_in`, `Topology.random` or
     `Topology.from_adjacency`; the constructor itself takes edge arrays in any order
-    and puts them in canonical order (active edges sorted by `(dst, src)`, then
-    padding).
+    and puts them in canonical order, which the layouts rely on: active edges
+    first, sorted by `(dst, src)`, then padding edges `0 -> N-1` (masked out), so
+    `dst` is sorted over the whole array and an edge id is stable.
 
     Arguments:
         src, dst: integer arrays of length `E_max`, the edge `src[e] -> dst[e]`.
@@ -92,7 +87,7 @@ class Topology(eqx.Module):
         num_neurons: int,
         mask: Any = None,
     ):
-        num_neurons = _positive_int("num_neurons", num_neurons)
+        num_neurons = positive_int("num_neurons", num_neurons)
         src_np = _concrete("src", src).astype(np.int64).ravel()
         dst_np = _concrete("dst", dst).astype(np.int64).ravel()
         if src_np.shape != dst_np.shape:
@@ -120,8 +115,9 @@ class Topology(eqx.Module):
                     f"[{active.min()}, {active.max()}]"
                 )
         a_src, a_dst = src_np[mask_np], dst_np[mask_np]
-        order = np.lexsort((a_src, a_dst))
+        order = np.lexsort((a_src, a_dst))  # by dst, then src (the last key leads)
         a_src, a_dst = a_src[order], a_dst[order]
+        # one int per (dst, src): after the sort a duplicate is next to its twin
         pairs = a_dst * num_neurons + a_src
         if pairs.size > 1 and np.any(pairs[1:] == pairs[:-1]):
             dup = int(np.argmax(pairs[1:] == pairs[:-1]))
@@ -203,13 +199,13 @@ class Topology(eqx.Module):
 
         Arguments:
             num_neurons: N.
-            fan_in: K, edges into each neuron; `E = N * K`.
-            num_edges: E_max (default `N * K`).
+            fan_in: K, edges into each neuron.
+            num_edges: E_max (default `N * K`, the number drawn).
             self_connections: whether `i -> i` may be drawn.
             key: the draw's key.
         """
-        num_neurons = _positive_int("num_neurons", num_neurons)
-        fan_in = _positive_int("fan_in", fan_in)
+        num_neurons = positive_int("num_neurons", num_neurons)
+        fan_in = positive_int("fan_in", fan_in)
         pool = num_neurons if self_connections else num_neurons - 1
         if fan_in > pool:
             raise ValueError(
@@ -217,13 +213,17 @@ class Topology(eqx.Module):
                 f"(num_neurons={num_neurons}, self_connections={self_connections}); "
                 f"allowed: 1 <= fan_in <= {pool}"
             )
+        if num_edges is None:
+            num_edges = cls.default_num_edges(num_neurons, fan_in=fan_in)
         rng = _rng(key)
         src = np.stack(
             [rng.choice(pool, fan_in, replace=False) for _ in range(num_neurons)]
         )
         dst = np.repeat(np.arange(num_neurons), fan_in).reshape(num_neurons, fan_in)
         if not self_connections:
-            src = src + (src >= dst)  # skip the diagonal
+            # sources drawn from N - 1 ids; shifting those >= i up by one skips
+            # neuron i itself and keeps the draw uniform over the others
+            src = src + (src >= dst)
         return cls._padded(src.ravel(), dst.ravel(), num_neurons, num_edges, "fan_in")
 
     @classmethod
@@ -241,29 +241,48 @@ class Topology(eqx.Module):
         Arguments:
             num_neurons: N.
             p: connection probability, in (0, 1].
-            num_edges: E_max. Default: the expected count plus four standard
-                deviations (so the shape depends on N and p only, not on the key;
-                a draw above it raises, with probability about 3e-5).
+            num_edges: E_max (default: `default_num_edges`, from N and p only; a
+                draw above it raises, with probability about 3e-5).
             self_connections: whether `i -> i` may be drawn.
             key: the draw's key.
         """
-        num_neurons = _positive_int("num_neurons", num_neurons)
-        if not (isinstance(p, int | float) and 0.0 < p <= 1.0):
-            raise ValueError(f"p must be a probability in (0, 1]; got {p!r}")
-        pairs = num_neurons * (num_neurons if self_connections else num_neurons - 1)
-        if pairs == 0:
-            raise ValueError(
-                "num_neurons=1 without self_connections has no possible edge"
-            )
+        num_neurons = positive_int("num_neurons", num_neurons)
+        _possible_edges(num_neurons, p, self_connections)  # checks p
         if num_edges is None:
-            mean = p * pairs
-            num_edges = min(pairs, math.ceil(mean + 4.0 * math.sqrt(mean * (1 - p))))
-            num_edges = max(num_edges, 1)
+            num_edges = cls.default_num_edges(
+                num_neurons, p=p, self_connections=self_connections
+            )
         adj = _rng(key).random((num_neurons, num_neurons)) < p
         if not self_connections:
             np.fill_diagonal(adj, False)
         dst, src = np.nonzero(adj)
         return cls._padded(src, dst, num_neurons, num_edges, "p")
+
+    @staticmethod
+    def default_num_edges(
+        num_neurons: int,
+        *,
+        fan_in: int | None = None,
+        p: float | None = None,
+        self_connections: bool = False,
+    ) -> int:
+        """The E_max `fixed_fan_in` (given `fan_in`) or `random` (given `p`) takes
+        when `num_edges` is not set; it depends on the sizes, never on the draw.
+
+        `fixed_fan_in`: `N * K`. `random`: the expected number of edges plus four
+        standard deviations, at most every possible edge.
+        """
+        num_neurons = positive_int("num_neurons", num_neurons)
+        if (fan_in is None) == (p is None):
+            raise ValueError(
+                f"give fan_in or p, not both; got fan_in={fan_in!r}, p={p!r}"
+            )
+        if fan_in is not None:
+            return num_neurons * positive_int("fan_in", fan_in)
+        assert p is not None
+        pairs = _possible_edges(num_neurons, p, self_connections)
+        mean = p * pairs
+        return max(1, min(pairs, math.ceil(mean + 4.0 * math.sqrt(mean * (1 - p)))))
 
     @classmethod
     def _padded(
@@ -277,7 +296,7 @@ class Topology(eqx.Module):
         count = int(src.size)
         if num_edges is None:
             num_edges = max(count, 1)
-        num_edges = _positive_int("num_edges", num_edges)
+        num_edges = positive_int("num_edges", num_edges)
         if count > num_edges:
             raise ValueError(
                 f"num_edges (E_max) = {num_edges} is too small: the {what} draw has "
@@ -285,6 +304,7 @@ class Topology(eqx.Module):
             )
         pad = num_edges - count
         mask = np.arange(num_edges) < count
+        # padding ids are placeholders: the constructor sets canonical ones
         src = np.concatenate([src, np.zeros(pad, np.int64)])
         dst = np.concatenate([dst, np.zeros(pad, np.int64)])
         return cls(src, dst, num_neurons, mask)
