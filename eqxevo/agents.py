@@ -1,44 +1,21 @@
-"""Reference agents: the baselines evolved agents must beat.
-
-Every agent is an `AbstractPolicy`, so `rollout`, `evaluate` and the testing kit
-treat them like any evolved network:
-
-- `RandomAgent`: motor commands uniform in [-1, 1], independently every step.
-- `BraitenbergAgent`: Braitenberg's vehicle 2b ("aggression": crossed
-  excitatory connections) for chemotaxis on two sensors; it turns toward the
-  stronger reading at a constant base speed. The arena's sensors are
-  logarithmic, so the difference of the two readings is the field's relative
-  contrast and the steering does not fade with distance from the source.
-- `ForagerAgent`: a homeostatic Braitenberg vehicle for `Foraging` (L2): the
-  contrast of every field, weighted by how far that reserve sits below its
-  setpoint (negative weights repel from a resource that is over-full).
-- `TasteLearnerAgent`: a forager for `LongHorizon` (L4) that learns within its
-  lifetime which resource nourishes, from the taste signal; with
-  `learning_rate=0` it is a fixed reflex (always seeking A), the reference a
-  plastic agent must beat on L4.
+"""Reference agents: the baselines evolved agents must beat (docs/environments.md).
 
 Braitenberg, V. (1984). Vehicles: Experiments in Synthetic Psychology. MIT Press.
-
-Their fitness on L0 and L2 is documented in docs/environments.md
-(`python examples/baselines.py` recomputes it).
 """
 
-from typing import Any
+import abc
 
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 
+from ._checks import int_at_least, positive_int
 from ._types import Array, Float, PRNGKey, Scalar
-from .nets.base import AbstractPolicy
+from .envs.base import Action, Observation
+from .nets.base import AbstractPolicy, AbstractStatelessPolicy
 
 _EPS = 1e-6
-
-
-def _check_size(name: str, value: Any, minimum: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
-    return value
+"""Keeps a normalisation finite when every need is zero."""
 
 
 class RandomAgent(AbstractPolicy):
@@ -53,15 +30,14 @@ class RandomAgent(AbstractPolicy):
     action_size: int = eqx.field(static=True)
 
     def __init__(self, obs_size: int, action_size: int = 2):
-        self.obs_size = _check_size("obs_size", obs_size)
-        self.action_size = _check_size("action_size", action_size)
+        self.obs_size = positive_int("obs_size", obs_size)
+        self.action_size = positive_int("action_size", action_size)
 
     def initial_state(self, key: PRNGKey) -> PRNGKey:
+        # The key is the lifetime state: the agent stays a pure function.
         return key
 
-    def __call__(
-        self, obs: Float[Array, " obs"], state: PRNGKey
-    ) -> tuple[Float[Array, " action"], PRNGKey]:
+    def __call__(self, obs: Observation, state: PRNGKey) -> tuple[Action, PRNGKey]:
         del obs
         next_key, action_key = jr.split(state)
         action = jr.uniform(action_key, (self.action_size,), jnp.float32, -1.0, 1.0)
@@ -69,17 +45,38 @@ class RandomAgent(AbstractPolicy):
 
 
 def _motors(base_speed: Scalar, steer: Array) -> Float[Array, "2"]:
+    # The left wheel speeds up with `steer`: steer > 0 turns the body right.
     return jnp.clip(jnp.stack([base_speed + steer, base_speed - steer]), -1.0, 1.0)
 
 
-class BraitenbergAgent(AbstractPolicy):
+class AbstractSteeringAgent(AbstractStatelessPolicy):
+    """A reflex without memory: both motors at `base_speed`, differentially
+    steered by `steer(obs)` (> 0 turns right), clipped to [-1, 1].
+
+    `gain` and `base_speed` are arrays, so an agent is itself a small genome.
+    """
+
+    gain: Float[Array, ""]
+    base_speed: Float[Array, ""]
+    obs_size: int = eqx.field(static=True)
+    action_size: int = eqx.field(static=True)
+
+    @abc.abstractmethod
+    def steer(self, obs: Observation) -> Float[Array, ""]:
+        """The steering signal for one observation."""
+
+    def __call__(self, obs: Observation, state: None) -> tuple[Action, None]:
+        return _motors(self.base_speed, self.steer(obs)), state
+
+
+class BraitenbergAgent(AbstractSteeringAgent):
     """Braitenberg vehicle 2b on the first two observations (left, right sensor).
 
-    Motor commands: `left = base_speed + gain * c`, `right = base_speed - gain
-    * c`, clipped to [-1, 1], with `c = right - left` (log readings: the
-    relative contrast): the wheel on the weaker side runs faster, turning the
-    body toward the stronger reading. `gain` and `base_speed` are arrays, so
-    the agent is itself a (two-parameter) genome.
+    Vehicle 2b ("aggression": crossed excitatory connections) steers with
+    `gain * c`, `c = right - left`: the wheel on the weaker side runs faster,
+    turning the body toward the stronger reading. On the arena's logarithmic
+    sensors `c` is the field's relative contrast, so the steering does not fade
+    with distance from the source.
 
     Arguments:
         obs_size: observation size (>= 2); observations 0 and 1 are the left and
@@ -89,42 +86,30 @@ class BraitenbergAgent(AbstractPolicy):
         base_speed: forward command, in [-1, 1] (default: likewise tuned).
     """
 
-    gain: Float[Array, ""]
-    base_speed: Float[Array, ""]
-    obs_size: int = eqx.field(static=True)
-    action_size: int = eqx.field(static=True)
-
     def __init__(
         self,
         obs_size: int = 2,
         gain: float | int = 12.0,
         base_speed: float | int = 0.5,
     ):
-        self.obs_size = _check_size("obs_size", obs_size, 2)
+        self.obs_size = int_at_least("obs_size", obs_size, 2)
         self.action_size = 2
         self.gain = jnp.asarray(gain, jnp.float32)
         self.base_speed = jnp.asarray(base_speed, jnp.float32)
 
-    def initial_state(self, key: PRNGKey) -> None:
-        del key
-        return None
-
-    def __call__(
-        self, obs: Float[Array, " obs"], state: None
-    ) -> tuple[Float[Array, " action"], None]:
-        steer = self.gain * (obs[1] - obs[0])
-        return _motors(self.base_speed, steer), state
+    def steer(self, obs: Observation) -> Float[Array, ""]:
+        return self.gain * (obs[1] - obs[0])
 
 
-class ForagerAgent(AbstractPolicy):
+class ForagerAgent(AbstractSteeringAgent):
     """A homeostatic Braitenberg vehicle for `Foraging` with K resources.
 
     It reads `Foraging`'s observation layout (K pairs of left/right readings,
     then the K reserves relative to the setpoint). Each reserve's need is
     `-(reserve - setpoint)`; the steering is `gain * sum_k need_k * c_k /
     max_k |need_k|`, with `c_k` the contrast of field k (right minus left log
-    reading), so it heads for what it
-    lacks most and turns away from what it has too much of.
+    reading), so it heads for what it lacks most and turns away from what it
+    has too much of.
 
     Arguments:
         num_resources: K (>= 1).
@@ -133,11 +118,7 @@ class ForagerAgent(AbstractPolicy):
         base_speed: forward command, in [-1, 1] (default: likewise tuned).
     """
 
-    gain: Float[Array, ""]
-    base_speed: Float[Array, ""]
     num_resources: int = eqx.field(static=True)
-    obs_size: int = eqx.field(static=True)
-    action_size: int = eqx.field(static=True)
 
     def __init__(
         self,
@@ -145,26 +126,21 @@ class ForagerAgent(AbstractPolicy):
         gain: float | int = 4.0,
         base_speed: float | int = 1.0,
     ):
-        self.num_resources = _check_size("num_resources", num_resources)
+        self.num_resources = positive_int("num_resources", num_resources)
         self.obs_size = 3 * num_resources
         self.action_size = 2
         self.gain = jnp.asarray(gain, jnp.float32)
         self.base_speed = jnp.asarray(base_speed, jnp.float32)
 
-    def initial_state(self, key: PRNGKey) -> None:
-        del key
-        return None
-
-    def __call__(
-        self, obs: Float[Array, " obs"], state: None
-    ) -> tuple[Float[Array, " action"], None]:
+    def steer(self, obs: Observation) -> Float[Array, ""]:
         k = self.num_resources
-        readings = obs[: 2 * k].reshape(k, 2)
+        readings = obs[: 2 * k].reshape(k, 2)  # (left, right) per resource
         need = -obs[2 * k :]
         contrast = readings[:, 1] - readings[:, 0]
+        # Normalised by the largest need, so the steering's scale is `gain`
+        # whatever the reserves' absolute levels.
         weight = need / (jnp.max(jnp.abs(need)) + _EPS)
-        steer = self.gain * jnp.sum(weight * contrast)
-        return _motors(self.base_speed, steer), state
+        return self.gain * jnp.sum(weight * contrast)
 
 
 class TasteLearnerAgent(AbstractPolicy):
@@ -190,8 +166,8 @@ class TasteLearnerAgent(AbstractPolicy):
     initial_belief: Float[Array, ""]
     gain: Float[Array, ""]
     base_speed: Float[Array, ""]
-    obs_size: int = eqx.field(static=True)
-    action_size: int = eqx.field(static=True)
+    obs_size: int = eqx.field(static=True, default=6)  # LongHorizon's
+    action_size: int = eqx.field(static=True, default=2)
 
     def __init__(
         self,
@@ -200,8 +176,6 @@ class TasteLearnerAgent(AbstractPolicy):
         gain: float | int = 4.0,
         base_speed: float | int = 1.0,
     ):
-        self.obs_size = 6
-        self.action_size = 2
         self.learning_rate = jnp.asarray(learning_rate, jnp.float32)
         self.initial_belief = jnp.asarray(initial_belief, jnp.float32)
         self.gain = jnp.asarray(gain, jnp.float32)
@@ -212,8 +186,8 @@ class TasteLearnerAgent(AbstractPolicy):
         return self.initial_belief
 
     def __call__(
-        self, obs: Float[Array, " obs"], state: Float[Array, ""]
-    ) -> tuple[Float[Array, " action"], Float[Array, ""]]:
+        self, obs: Observation, state: Float[Array, ""]
+    ) -> tuple[Action, Float[Array, ""]]:
         a_left, a_right, b_left, b_right, energy, taste = obs
         closer_to_a = jnp.tanh(0.5 * (a_left + a_right) - 0.5 * (b_left + b_right))
         belief = jnp.clip(state + self.learning_rate * taste * closer_to_a, -1.0, 1.0)
@@ -230,4 +204,10 @@ class TasteLearnerAgent(AbstractPolicy):
         return _motors(self.base_speed, 0.5 * steer), belief
 
 
-__all__ = ["BraitenbergAgent", "ForagerAgent", "RandomAgent", "TasteLearnerAgent"]
+__all__ = [
+    "AbstractSteeringAgent",
+    "BraitenbergAgent",
+    "ForagerAgent",
+    "RandomAgent",
+    "TasteLearnerAgent",
+]

@@ -1,22 +1,6 @@
 """Save, verify and restore a run's strategy state with orbax-checkpoint.
 
-A checkpoint is a folder `checkpoints/<generation>/` holding the strategy state
-(arrays only, orbax's standard format: array files plus JSON metadata, so
-loading never unpickles or executes anything), the experiment that wrote it
-(JSON) and an integrity record (JSON): every leaf's path, shape and dtype and a
-SHA-256 of their bytes, computed from the state before it was written. orbax
-writes into a temporary folder and renames it when complete, so a crash during
-a save never spoils an older checkpoint; only the last `keep` are kept.
-
-Loading verifies structure, shapes, dtypes and the checksum. `restore` takes the
-newest checkpoint that passes and says which newer ones it skipped and why (a
-truncated or missing file, other shapes, a checksum that does not match); the
-skipped folders are moved to `damaged-checkpoints/` beside `checkpoints/` so the
-resumed run can write those generations again.
-
-The generation index lives in the state itself, and `evolve` derives every key
-from (seed, generation), so restoring a checkpoint and running on reproduces the
-uninterrupted run bit-for-bit.
+See docs/internals.md ("Checkpoints") for the format and the fallback on damage.
 """
 
 import contextlib
@@ -70,6 +54,7 @@ def _differences(saved: Any, current: Any, prefix: str = "") -> list[str]:
 
 
 def _host_leaf(leaf: Any) -> np.ndarray:
+    # Typed keys have no bytes of their own: hash their key data.
     if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
         leaf = jr.key_data(leaf)
     return np.ascontiguousarray(np.asarray(leaf))
@@ -188,6 +173,8 @@ class Checkpointer:
             ) from err
         if not isinstance(record, Mapping) or "sha256" not in record:
             raise _Damaged("its integrity record is malformed")
+        # The record is compared before any array is read, so a state of other
+        # shapes is refused naming its first differing leaf.
         if record.get("leaves") != expected:
             saved = {tuple(r[:1]): r for r in record.get("leaves", [])}
             for row in expected:
@@ -214,6 +201,7 @@ class Checkpointer:
             raise _Damaged("its state has other shapes or dtypes than it says")
         if integrity(state)["sha256"] != record["sha256"]:
             raise _Damaged("its checksum does not match the arrays read back")
+        # A folder renamed or copied by hand would resume from the wrong place.
         reached = getattr(state, "generation", None)
         if reached is not None and int(np.max(np.asarray(reached))) != generation:
             raise _Damaged(
@@ -289,6 +277,8 @@ class Checkpointer:
                     for key in ignore
                 )
             ]
+            # Another experiment is not damage: refuse rather than fall back to
+            # an older checkpoint it also wrote.
             if diffs:
                 raise CheckpointError(
                     f"checkpoint {self.directory / str(step)} was written by another "
@@ -303,6 +293,7 @@ class Checkpointer:
             if generation is None:
                 for bad in self.skipped:
                     self._set_aside(bad.generation)
+                # orbax keeps the steps it listed; reopen so it forgets the moved.
                 if self.skipped:
                     self._manager.close()
                     self._manager = self._open()

@@ -1,10 +1,6 @@
 """Fitness values: their dtype, non-finite ranking, and per-generation summaries.
 
-A generation's fitness is one float per genome. Non-finite values (NaN, +-inf,
-from a diverging rollout say) must never reach an evosax update:
-`rank_nonfinite_worst` gives them a finite value strictly worse than every
-finite one, without overflowing, and `fitness_summary` reports the finite
-values and counts the others.
+See docs/internals.md ("Fitness values") for why non-finite values never reach evosax.
 """
 
 from typing import Any
@@ -16,6 +12,7 @@ from ._types import Array, Bool, Float, Int, Metrics
 
 def fitness_dtype(dtype: Any) -> Any:
     """Fitness is float32, or float64 when it arrives as float64 (x64 mode)."""
+    # Integer fitness becomes float32: ranking it below the worst needs a float.
     return jnp.dtype(jnp.float64 if dtype == jnp.float64 else jnp.float32)
 
 
@@ -62,6 +59,7 @@ def fitness_summary(
     Returns a dict with `best`, `mean`, `std`, `min`, `max` (NaN when no value is
     finite) and `num_nonfinite` (int32).
     """
+    # Masked sums, not boolean indexing: shapes stay static under jit.
     finite = ~nonfinite
     count = jnp.sum(finite).astype(fitness.dtype)
     safe = jnp.where(finite, fitness, 0.0)

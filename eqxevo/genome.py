@@ -1,11 +1,6 @@
-"""Split a genome module into evolvable and static parts; flat vectors <-> modules.
+"""Genomes: a module split into evolvable and shared parts; flat vectors <-> modules.
 
-evosax searches over one flat vector per genome. A `GenomeLayout` records, once,
-which leaves of the user's module are evolvable (`eqx.filter(genome, filter_spec)`),
-their shapes and dtypes, and keeps every other leaf (integer topology arrays,
-functions, configuration) as a single shared copy. A population is the user's own
-module type whose evolvable leaves carry a leading axis of size P while the
-static leaves are shared, never copied P times.
+See docs/internals.md ("Genomes").
 """
 
 import math
@@ -59,6 +54,8 @@ class GenomeLayout(eqx.Module):
             ValueError: no leaf of `genome` is selected by `filter_spec`, or a
                 selected leaf is not a floating-point array.
         """
+        # Only the evolvable half is kept as shapes and dtypes; the static half
+        # (topology, functions, configuration) is kept as it is.
         evolvable, static = eqx.partition(genome, filter_spec)
         leaves_with_path, treedef = jtu.tree_flatten_with_path(evolvable)
         if not leaves_with_path:
@@ -149,6 +146,8 @@ class GenomeLayout(eqx.Module):
     # -- internals --------------------------------------------------------------
 
     def _build(self, flat: Array, batch_shape: tuple[int, ...]) -> Any:
+        # Leaves are consecutive slices of the flat vector, in tree order; any
+        # leading batch axes (the population) pass through every slice.
         leaves = []
         offset = 0
         for shape, dtype in zip(self.shapes, self.dtypes, strict=True):
@@ -157,6 +156,7 @@ class GenomeLayout(eqx.Module):
             leaves.append(jnp.reshape(chunk, (*batch_shape, *shape)).astype(dtype))
             offset += size
         evolvable = jtu.tree_unflatten(self.treedef, leaves)
+        # The static parts are the one shared copy, whatever the batch shape.
         return eqx.combine(evolvable, self.static)
 
     def _evolvable_leaves(self, tree: Any, batch_ndim: int) -> list[Array]:

@@ -1,24 +1,6 @@
 """Ctrl-C and SIGTERM for long runs: the first stops cleanly, the second at once.
 
-A Python signal handler that raises `KeyboardInterrupt` can fire while XLA
-compiles or runs a program (the handler runs whenever the main thread next
-touches the interpreter, including from inside jaxlib's callbacks into Python),
-and unwinding through XLA then crashes the process (segmentation faults and
-aborts were seen). `StopRequest` never raises from a handler. The signal is
-written to a wake-up file descriptor by CPython's C-level handler and read by a
-watcher thread, which runs even while the main thread is inside XLA (jaxlib
-releases the GIL while it compiles and waits):
-
-- first signal, nothing new to save (tracing, compiling, the first chunk
-  running): say so in one line and exit at once with 128 + signal (130 for
-  Ctrl-C, 143 for SIGTERM);
-- first signal with finished work: ask the run to stop after the chunk now
-  running (`requested` becomes True; `evolve`'s callback returns True), and the
-  run saves that chunk's checkpoint;
-- second signal: exit at once, naming the newest checkpoint that is complete.
-
-`os._exit` skips interpreter teardown, so a program still running on the device
-is simply dropped with the process, as with SIGKILL (which resumes cleanly).
+See docs/internals.md ("Interrupts") for why no handler ever raises into XLA.
 """
 
 import contextlib
@@ -42,7 +24,7 @@ def _name(signum: int) -> str:
 
 
 class StopRequest:
-    """Installs the SIGINT/SIGTERM handling described in the module docstring.
+    """Installs the SIGINT/SIGTERM handling of docs/internals.md ("Interrupts").
 
     Arguments:
         describe: `describe() -> str`, the one-line message printed when the
@@ -94,6 +76,8 @@ class StopRequest:
         if self._count > 1:
             self._write(f"{_name(signum)} again: quitting at once.")
             self._exit_now(signum)
+        # The run holds the lock while it writes a chunk's results: an exit
+        # waits for the write to finish instead of cutting it short.
         with self.lock:
             if not self.work_done:
                 self._exit_now(signum)
@@ -114,6 +98,7 @@ class StopRequest:
                 return
             if not data:
                 return
+            # CPython's C handler writes one byte per signal: its number.
             for byte in data:
                 if byte in SIGNALS:
                     self._on_signal(byte)
@@ -122,7 +107,7 @@ class StopRequest:
         if threading.current_thread() is not threading.main_thread():
             return self  # signals are only delivered to the main thread
         read_fd, write_fd = os.pipe()
-        os.set_blocking(write_fd, False)
+        os.set_blocking(write_fd, False)  # set_wakeup_fd requires it
         self._wakeup = (read_fd, write_fd)
         for signum in SIGNALS:
             # The Python-level handler does nothing: the watcher thread acts, so

@@ -1,13 +1,6 @@
 """Metric records, their sinks (JSONL, TensorBoard, W&B) and the progress display.
 
-`evolve` hands the host one chunk of per-generation history at a time; this
-module turns it into records (one per generation and seed), appends them to
-`metrics.jsonl`, optionally to TensorBoard event files and a Weights & Biases
-run (the `sinks` extra), and shows progress (figures are drawn by
-`eqxevo.plots`). Records are deterministic (no wall-clock fields), so a resumed
-run's metrics equal an uninterrupted run's line for line; timing goes to the
-progress display and to the run summary. Non-finite values are written as JSON
-`null` (and skipped by the other sinks).
+See docs/internals.md ("Metrics") for what a record holds and why it is deterministic.
 """
 
 import json
@@ -25,6 +18,7 @@ import numpy as np
 
 
 def _clean(value: Any) -> Any:
+    # JSON has no NaN or inf (allow_nan=False below): they are written as null.
     value = value.item() if isinstance(value, np.generic | np.ndarray) else value
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -41,6 +35,7 @@ def history_records(history: Mapping[str, Any]) -> list[dict[str, Any]]:
     fields: dict[str, np.ndarray] = {
         k: np.asarray(v) for k, v in history.items() if k != "aux"
     }
+    # aux is a user pytree: its leaves become flat dotted fields for every sink.
     aux = history.get("aux")
     if aux is not None:
         for path, leaf in jax.tree_util.tree_flatten_with_path(aux)[0]:
@@ -61,6 +56,7 @@ def history_records(history: Mapping[str, Any]) -> list[dict[str, Any]]:
                 if np.ndim(value) == 0:
                     record[name] = _clean(value)
             if batched:
+                # generation and seed first: the record reads as its own key.
                 record = {
                     "generation": record.pop("generation"),
                     "seed": seed,
@@ -80,7 +76,7 @@ class MetricsLog:
         with self.path.open("a") as f:
             for record in records:
                 f.write(json.dumps(record, allow_nan=False) + "\n")
-            f.flush()
+            f.flush()  # a crash loses at most the chunk being written
 
     def read(self) -> list[dict[str, Any]]:
         if not self.path.exists():
@@ -93,23 +89,25 @@ class MetricsLog:
 
         A final line cut short by a crash is dropped too.
         """
-        if not self.path.exists():
-            return
-        kept = []
-        for line in self.path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if record["generation"] < generation:
-                kept.append(line)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
-        tmp.replace(self.path)
+        self._rewrite(
+            lambda record, line: line if record["generation"] < generation else None
+        )
 
     def drop_fields(self, prefix: str, where: Callable[[dict[str, Any]], bool]) -> None:
         """Remove the fields starting with `prefix` from the records `where` picks
         (other lines are kept byte for byte)."""
+
+        def edit(record: dict[str, Any], line: str) -> str:
+            if where(record) and any(k.startswith(prefix) for k in record):
+                kept = {k: v for k, v in record.items() if not k.startswith(prefix)}
+                return json.dumps(kept, allow_nan=False)
+            return line
+
+        self._rewrite(edit)
+
+    def _rewrite(self, edit: Callable[[dict[str, Any], str], str | None]) -> None:
+        """Replace the file by `edit(record, line)` of each line (None drops it);
+        a line that is not JSON (cut short by a crash) is dropped."""
         if not self.path.exists():
             return
         lines = []
@@ -118,10 +116,10 @@ class MetricsLog:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if where(record) and any(k.startswith(prefix) for k in record):
-                record = {k: v for k, v in record.items() if not k.startswith(prefix)}
-                line = json.dumps(record, allow_nan=False)
-            lines.append(line)
+            edited = edit(record, line)
+            if edited is not None:
+                lines.append(edited)
+        # Written aside and renamed: a crash leaves the old file or the new one.
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(line + "\n" for line in lines))
         tmp.replace(self.path)
@@ -136,6 +134,7 @@ class SinkError(RuntimeError):
 
 def _tags(record: Mapping[str, Any]) -> tuple[int, dict[str, float]]:
     """A record's generation and its numeric fields as `name` or `seed_k/name`."""
+    # None (a non-finite value) and strings are not scalars to plot: skipped.
     generation = int(record["generation"])
     prefix = f"seed_{record['seed']}/" if "seed" in record else ""
     values = {
@@ -380,6 +379,7 @@ class Progress:
             )
         else:
             self.say(f"generation {self.done}/{self.total}: compiling...")
+        # A daemon thread: it never keeps the process alive after the run.
         self._thread = threading.Thread(
             target=self._heartbeat, name="eqxevo-progress", daemon=True
         )
@@ -429,6 +429,7 @@ class Progress:
         per_generation = self.seconds_per_generation
         if per_generation is None:
             return None
+        # Time since the last chunk finished is already spent on the next one.
         behind = time.perf_counter() - self._last_update
         return max((self.total - self.done) * per_generation - behind, 0.0)
 
@@ -441,6 +442,7 @@ class Progress:
             return
         if self._run_t0 is None:
             self.start_running()
+        # The display shows the newest generation (one record per seed).
         last = max(r["generation"] for r in records)
         latest = [r for r in records if r["generation"] == last]
         first_chunk = self.done == self._run_from
@@ -450,6 +452,7 @@ class Progress:
         means = [r["mean"] for r in latest if r.get("mean") is not None]
         self.best = max(bests) if bests else None
         self.mean = float(np.mean(means)) if means else None
+        # Held-out evaluations run every few generations: keep the last one shown.
         self.heldout = heldout_text(records) or self.heldout
         if first_chunk:
             self._project()
@@ -462,6 +465,7 @@ class Progress:
             self._line()
 
     def _project(self) -> None:
+        # Said once, after the first chunk: the first honest measure of the pace.
         per_generation = self.seconds_per_generation
         if per_generation is None:
             return
@@ -504,6 +508,7 @@ class Progress:
         """Every `every` seconds without a finished chunk: the generation running,
         how long it has run and the time left (estimated from the pace)."""
         quiet_for = max(self.every, 1.0)
+        # Wakes twice a second so that __exit__'s stop is seen at once.
         while not self._stop.wait(0.5):
             now = time.perf_counter()
             if self._run_t0 is None or now - self._last_update < quiet_for:
@@ -525,6 +530,7 @@ class Progress:
                     f"eta {format_seconds(self.eta or 0.0)}"
                 )
             if self._bar is not None:
+                # Cut to the terminal: a wrapped live bar redraws as garbage.
                 with self._lock:
                     self._bar.update(
                         self._task, info=text[: max(self._width() - 40, 20)]

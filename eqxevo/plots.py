@@ -1,20 +1,6 @@
 """Every figure eqxevo draws: fitness curves of a run, pictures of a lifetime.
 
-- `plot_fitness(records, path, title=...)`: a run's fitness per generation,
-  led by its held-out evaluations (mean ± 95% CI error bars), then the training
-  statistics (best so far, best and mean of each generation; across seeds the
-  mean and its 95% confidence interval, from scipy.stats), labelled axes,
-  integer generation ticks.
-- `render_trajectory(trajectory, env, params, path)` / `render_policy(key,
-  policy, env, params, num_steps, path)`: an agent's path over an arena's
-  field(s). One panel per field (L0 has one, L2 and L4 one per resource type).
-  The field is drawn as it was at `time_index` (by default the end of the
-  lifetime: patches deplete and sources drift), the path is white and broken
-  where an episode ended or the body died, the start is a green circle, the end
-  a red cross, and the sources or patches at `time_index` are white stars.
-
-Matplotlib draws on its Agg canvas directly: no display, no global pyplot state
-and no change of the user's matplotlib backend.
+See docs/internals.md ("Figures").
 """
 
 import os
@@ -28,7 +14,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from ._deprecated import key_first
+from ._checks import int_at_least
 from ._types import PRNGKey
 from .envs.arena import AbstractArenaEnv
 from .envs.base import EnvParams
@@ -101,6 +87,8 @@ def fitness_figure(
     index = {g: i for i, g in enumerate(generations)}
 
     def grid(name: str) -> np.ndarray:
+        # seeds x generations; NaN where a record lacks the value (held-out
+        # evaluations run only every few generations).
         out = np.full((len(seeds), len(generations)), np.nan)
         for r in records:
             value = r.get(name)
@@ -109,6 +97,7 @@ def fitness_figure(
             )
         return out
 
+    # A Figure on its own Agg canvas: no pyplot state, the user's backend intact.
     fig = Figure(figsize=(7, 4.4), dpi=120, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
@@ -132,6 +121,7 @@ def fitness_figure(
                 f"held-out: {what} (mean of {len(seeds)} seeds, 95% CI over seeds; "
                 f"{episodes} lifetimes each)"
             )
+        # No interval (one lifetime, one seed): no bar rather than a NaN one.
         low = np.where(np.isfinite(low), low, centre)
         high = np.where(np.isfinite(high), high, centre)
         handle = ax.errorbar(
@@ -157,7 +147,7 @@ def fitness_figure(
         values = grid(name)
         if np.all(np.isnan(values)):
             continue
-        marker = "o" if len(x) == 1 else None
+        marker = "o" if len(x) == 1 else None  # one generation: a line is invisible
         if len(seeds) == 1:
             (line,) = ax.plot(x, values[0], color=color, lw=1.5, marker=marker)
             entries.append((line, labels[name]))
@@ -253,8 +243,7 @@ def trajectory_figure(
     from matplotlib.figure import Figure
 
     env = _check_env(env)
-    if not isinstance(resolution, int) or resolution < 2:
-        raise ValueError(f"resolution must be an int >= 2; got {resolution!r}")
+    resolution = int_at_least("resolution", resolution, 2)
     num_states = int(jtu.tree_leaves(trajectory.env_states)[0].shape[0])
     if not -num_states <= time_index < num_states:
         raise ValueError(
@@ -335,7 +324,6 @@ def trajectory_figure(
     return figure
 
 
-@key_first(old_position=3)
 def render_policy(
     key: PRNGKey,
     policy: AbstractPolicy,

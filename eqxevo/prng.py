@@ -1,39 +1,18 @@
-"""An opt-in faster lowering of JAX's threefry PRNG on CPU.
+"""An opt-in faster lowering of JAX's threefry PRNG on CPU (`fast_cpu_prng`).
 
-On XLA:CPU, JAX lowers the `threefry2x32` primitive (behind every
-`jax.random.split`, `fold_in` and draw) to a rolled 5-trip `while` loop
-(`_threefry2x32_cpu_lowering_rule` in jax/_src/random/threefry2x32.py), which
-keeps compilation short. Inside a lifetime step every key operation then
-becomes a nested loop whose state XLA copies on every trip: the L0 milestone's
-step runs 585 kernels, 510 of them in such loops (`eqxevo bench kernels`).
-
-`fast_cpu_prng()` registers, for CPU, the unrolled lowering JAX itself uses on
-other backends: the same 20 rounds of the same uint32 additions, rotations and
-xors, written out. The random draws are the same bits, and so are L0 runs
-(tests/test_prng.py, two processes); the lifetime step fuses into far fewer
-kernels (L0: 25) and compiles in about the same time (docs/performance.md).
-Whole runs are *not* guaranteed bit for bit: XLA compiles the program around
-the keys differently and may round float arithmetic elsewhere by an ulp (a
-transcendental fitness and L4 did), so nothing in eqxevo calls it by default,
-`eqxevo run`, `resume` and `study run` included.
-
-It changes JAX for the whole process and only for programs compiled after the
-call: a function `jax.jit` already compiled keeps its executable (JAX's caches
-are keyed on the function and its arguments, not on the lowering rules), so
-call it first thing. Importing eqxevo never calls it.
-
-It touches JAX's private API (`jax._src`); on a JAX without it, it warns once
-and changes nothing.
+See docs/internals.md ("The fast CPU PRNG") for what it changes and guarantees.
 """
 
 import warnings
 from typing import Any
 
-_warned = False
+_warned = False  # warn about a JAX without the private API once per process
 
 
 def _threefry() -> tuple[Any, Any, Any] | None:
     """JAX's lowering registry, the threefry primitive and its unrolled rule."""
+    # Private API: every name is looked up defensively, so a JAX that moved one
+    # gets a warning and the default lowering, never an exception.
     try:
         from jax._src.interpreters import mlir
         from jax._src.random import threefry2x32
@@ -55,6 +34,7 @@ def fast_cpu_prng_active() -> bool:
     if found is None:
         return False
     mlir, primitive, rule = found
+    # The registry keeps, per platform, the rule registered last for a primitive.
     entry = mlir._platform_specific_lowerings["cpu"].get(primitive)
     return getattr(entry, "rule", None) is rule
 
@@ -64,8 +44,8 @@ def fast_cpu_prng() -> bool:
 
     The same random draws (the same integer arithmetic), fewer kernels per
     lifetime step; whole runs may differ from default ones by float rounding
-    (see `eqxevo.prng`). Idempotent. Functions `jax.jit` compiled before the
-    call keep the rolled lowering.
+    (docs/internals.md, "The fast CPU PRNG"). Idempotent. Functions `jax.jit`
+    compiled before the call keep the rolled lowering.
 
     Returns:
         True if the unrolled lowering is now registered for CPU; False if this
@@ -96,6 +76,8 @@ def fast_cpu_prng() -> bool:
     if fast_cpu_prng_active():
         return True
     mlir, primitive, rule = found
+    # The rule JAX uses on GPU and TPU, registered for CPU: a CPU-specific rule
+    # wins over the generic one for programs lowered from now on.
     mlir.register_lowering(primitive, rule, platform="cpu")
     return True
 

@@ -1,41 +1,6 @@
 """The lifetime: one policy acting in one environment, under `lax.scan`.
 
-`rollout` runs a lifetime of `num_steps` steps and keeps only running sums in
-the scan's carry (no stacked per-step outputs), so its memory is flat in T and
-its compilation does not grow with T (jax#40101: stacked scan outputs are
-quadratic in T on CPU in some jaxlibs). It returns `(fitness, summary)`, so
-
-    fitness_fn = lambda genome, key: rollout(key, genome, env, params, 1000)
-
-is an eqxevo fitness function with aux, ready for `evaluate` and `evolve`.
-
-`record` runs the same lifetime, with the same keys, for one genome and a
-short T, and returns the whole trajectory (for pictures and debugging).
-
-One step of a lifetime:
-
-    action, policy_state = policy(obs, policy_state)
-    obs, env_state, reward, done, info = env.step(env_key, env_state, action, params)
-    policy_state = policy.reinforce(reward, policy_state)
-    if done: obs, env_state = env.reset(reset_key, params)     # reset_on_done
-
-Auto-reset starts a new *episode* in the same *lifetime*: the environment
-resets, the policy's lifetime state (activations, plastic weights, traces) does
-not, so whatever the agent learned carries into the next episode. Pass
-`reset_policy_on_done=True` to reset it too. With `reset_on_done=False` the
-lifetime is one episode: after the first `done` the environment is frozen and
-no more reward accrues (the classic "return of one episode" fitness).
-
-Key schedule (`record` follows it exactly):
-
-    init_key, run_key = split(key)
-    reset_key, policy_key = split(init_key)      # env.reset, policy.initial_state
-    env_keys, reset_keys, policy_keys = split(run_key, 3)
-    step t: env.step gets fold_in(env_keys, t); an auto-reset after it gets
-            fold_in(reset_keys, t); a policy reset fold_in(policy_keys, t)
-
-Each step derives only the keys it uses (one `fold_in` each): on CPU the
-threefry rounds behind every key cost as much as a whole arena step.
+See docs/environments.md ("Lifetimes") for a step, auto-reset and the key schedule.
 """
 
 from typing import Any
@@ -46,15 +11,18 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 
-from ._deprecated import key_first
+from ._checks import positive_int
 from ._types import Array, Bool, Float, PRNGKey, Scalar
 from .envs.base import AbstractEnv, EnvParams, EnvState
 from .nets.base import AbstractPolicy
 
 Summary = dict[str, Array]
+"""A lifetime's scalars: `total_reward`, `mean_reward`, ... (see `rollout`)."""
 
 
-class _Carry(eqx.Module):
+class LifetimeCarry(eqx.Module):
+    """What a lifetime carries from step to step: states and running sums only."""
+
     t: Array  # the step index (carried, not scanned over: no array of length T)
     policy_state: Any
     env_state: Any
@@ -67,7 +35,9 @@ class _Carry(eqx.Module):
     info_sums: dict[str, Array]
 
 
-class _Step(eqx.Module):
+class StepRecord(eqx.Module):
+    """What one step did (kept by `record`, dropped by `rollout`)."""
+
     obs: Array
     action: Array
     reward: Array
@@ -76,15 +46,9 @@ class _Step(eqx.Module):
     env_state: Any  # after the step, before any reset
 
 
-def _check_num_steps(num_steps: Any) -> None:
-    if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 1:
-        raise ValueError(
-            f"num_steps must be a positive Python int (a static lifetime length); "
-            f"got {num_steps!r}"
-        )
-
-
 def _select(pred: Array, on_true: Any, on_false: Any) -> Any:
+    # Both branches are computed every step (a scan body has one shape); select,
+    # not lax.cond, which under vmap would run both anyway.
     return jtu.tree_map(lambda a, b: jax.lax.select(pred, a, b), on_true, on_false)
 
 
@@ -100,19 +64,27 @@ def _info_shapes(
     return jax.eval_shape(first, key)
 
 
-class _StepKeys(eqx.Module):
+class StepKeys(eqx.Module):
+    """The lifetime's per-step key streams; step t folds in t."""
+
     env: PRNGKey
     reset: PRNGKey
     policy: PRNGKey
 
 
-def _start(
+def start_lifetime(
     policy: AbstractPolicy, env: AbstractEnv, env_params: EnvParams, key: PRNGKey
-) -> tuple[_Carry, _StepKeys]:
+) -> tuple[LifetimeCarry, StepKeys]:
+    """Birth: the environment reset, the policy's initial state, the step keys.
+
+    Raises:
+        ValueError: the environment's `info` holds entries that are not scalars.
+    """
     init_key, run_key = jr.split(key)
     reset_key, policy_key = jr.split(init_key)
     env_keys, reset_keys, policy_keys = jr.split(run_key, 3)
     obs, env_state = env.reset(reset_key, env_params)
+    # The info entries are known only by tracing one step; their sums start at 0.
     info = _info_shapes(policy, env, env_params, key)
     bad = sorted(k for k, v in info.items() if v.shape != ())
     if bad:
@@ -120,7 +92,7 @@ def _start(
             f"{type(env).__name__}.step must return an info dict of scalars; entries "
             f"{bad} are not"
         )
-    carry = _Carry(
+    carry = LifetimeCarry(
         t=jnp.zeros((), jnp.int32),
         policy_state=policy.initial_state(policy_key),
         env_state=env_state,
@@ -132,18 +104,19 @@ def _start(
         steps=jnp.zeros((), jnp.int32),
         info_sums={k: jnp.zeros((), jnp.float32) for k in info},
     )
-    return carry, _StepKeys(env_keys, reset_keys, policy_keys)
+    return carry, StepKeys(env_keys, reset_keys, policy_keys)
 
 
-def _step(
+def lifetime_step(
     policy: AbstractPolicy,
     env: AbstractEnv,
     env_params: EnvParams,
-    keys: _StepKeys,
+    keys: StepKeys,
     reset_on_done: bool,
     reset_policy_on_done: bool,
-    carry: _Carry,
-) -> tuple[_Carry, _Step]:
+    carry: LifetimeCarry,
+) -> tuple[LifetimeCarry, StepRecord]:
+    """One step of a lifetime: act, step the environment, reinforce, maybe reset."""
     env_key = jr.fold_in(keys.env, carry.t)
     action, policy_state = policy(carry.obs, carry.policy_state)
     obs, env_state, reward, done, info = env.step(
@@ -152,10 +125,11 @@ def _step(
     reward = jnp.asarray(reward, jnp.float32)
     done = jnp.asarray(done, jnp.bool_)
     active = carry.active
-    reward = jnp.where(active, reward, 0.0)
+    reward = jnp.where(active, reward, 0.0)  # a frozen environment earns nothing
     policy_state = policy.reinforce(reward, policy_state)
 
     if reset_on_done:
+        # A reset is computed every step and kept only where done: no branch.
         reset_key = jr.fold_in(keys.reset, carry.t)
         reset_obs, reset_state = env.reset(reset_key, env_params)
         next_obs, next_state = _select(done, (reset_obs, reset_state), (obs, env_state))
@@ -164,6 +138,7 @@ def _step(
             policy_state = _select(done, policy.initial_state(policy_key), policy_state)
         still_active = active
     else:
+        # One episode per lifetime: after its done, environment and policy freeze.
         next_obs, next_state = _select(
             active, (obs, env_state), (carry.obs, carry.env_state)
         )
@@ -172,10 +147,10 @@ def _step(
 
     # Record the state after the step, before any reset; a frozen one stays frozen.
     kept = env_state if reset_on_done else next_state
-    record = _Step(carry.obs, action, reward, done & active, info, kept)
+    record = StepRecord(carry.obs, action, reward, done & active, info, kept)
     first_done_seen = carry.num_episodes > 0
-    weight = active.astype(jnp.float32)
-    new_carry = _Carry(
+    weight = active.astype(jnp.float32)  # info of a frozen environment is not averaged
+    new_carry = LifetimeCarry(
         t=carry.t + 1,
         policy_state=policy_state,
         env_state=next_state,
@@ -193,7 +168,7 @@ def _step(
     return new_carry, record
 
 
-def _summary(carry: _Carry, num_steps: int, reset_on_done: bool) -> Summary:
+def _summary(carry: LifetimeCarry, num_steps: int, reset_on_done: bool) -> Summary:
     # With auto-reset the environment runs every step, so the divisor is the
     # static lifetime length. Keep it static: XLA turns a division by a value it
     # can prove constant into a multiplication by its reciprocal (not exact), and
@@ -216,7 +191,34 @@ def _summary(carry: _Carry, num_steps: int, reset_on_done: bool) -> Summary:
     return summary
 
 
-@key_first(old_position=3)
+def _lifetime(
+    key: PRNGKey,
+    policy: AbstractPolicy,
+    env: AbstractEnv,
+    env_params: EnvParams,
+    num_steps: int,
+    reset_on_done: bool,
+    reset_policy_on_done: bool,
+    keep_steps: bool = False,
+) -> tuple[LifetimeCarry, Any]:
+    """The scan both `rollout` and `record` run; with `keep_steps`, also the
+    environment's first state and every step's record."""
+    num_steps = positive_int("num_steps", num_steps)
+    carry, keys = start_lifetime(policy, env, env_params, key)
+    first_state = carry.env_state
+
+    def body(carry: LifetimeCarry, xs: None) -> tuple[LifetimeCarry, Any]:
+        del xs
+        carry, step = lifetime_step(
+            policy, env, env_params, keys, reset_on_done, reset_policy_on_done, carry
+        )
+        # Dropping the record here keeps memory flat in T: nothing is stacked.
+        return carry, step if keep_steps else None
+
+    carry, steps = jax.lax.scan(body, carry, length=num_steps)
+    return carry, (first_state, steps) if keep_steps else None
+
+
 @eqx.filter_jit
 def rollout(
     key: PRNGKey,
@@ -234,7 +236,7 @@ def rollout(
     program compiles once per `num_steps`.
 
     Arguments:
-        key: the lifetime's key (see the module docstring for its schedule).
+        key: the lifetime's key (its schedule: docs/environments.md, "Lifetimes").
         policy: any `AbstractPolicy` (a genome).
         env: any `AbstractEnv`.
         env_params: the environment's params (a variant).
@@ -258,17 +260,9 @@ def rollout(
         >>> fitness, summary = rollout(key, policy, env, env.default_params(), 1000)
         >>> fitness_fn = lambda g, k: rollout(k, g, env, env.default_params(), 1000)
     """
-    _check_num_steps(num_steps)
-    carry, keys = _start(policy, env, env_params, key)
-
-    def body(carry: _Carry, xs: None) -> tuple[_Carry, None]:
-        del xs
-        carry, _ = _step(
-            policy, env, env_params, keys, reset_on_done, reset_policy_on_done, carry
-        )
-        return carry, None
-
-    carry, _ = jax.lax.scan(body, carry, length=num_steps)
+    carry, _ = _lifetime(
+        key, policy, env, env_params, num_steps, reset_on_done, reset_policy_on_done
+    )
     summary = _summary(carry, num_steps, reset_on_done)
     return summary["total_reward"], summary
 
@@ -299,7 +293,6 @@ class Trajectory(eqx.Module):
     summary: Summary
 
 
-@key_first(old_position=3)
 @eqx.filter_jit
 def record(
     key: PRNGKey,
@@ -321,19 +314,18 @@ def record(
 
     Example:
         >>> trajectory = record(key, policy, env, params, 500)
-        >>> eqxevo.envs.render.render_trajectory(trajectory, env, params, "path.png")
+        >>> eqxevo.plots.render_trajectory(trajectory, env, params, "path.png")
     """
-    _check_num_steps(num_steps)
-    carry, keys = _start(policy, env, env_params, key)
-    initial_state = carry.env_state
-
-    def body(carry: _Carry, xs: None) -> tuple[_Carry, _Step]:
-        del xs
-        return _step(
-            policy, env, env_params, keys, reset_on_done, reset_policy_on_done, carry
-        )
-
-    carry, steps = jax.lax.scan(body, carry, length=num_steps)
+    carry, (initial_state, steps) = _lifetime(
+        key,
+        policy,
+        env,
+        env_params,
+        num_steps,
+        reset_on_done,
+        reset_policy_on_done,
+        keep_steps=True,
+    )
     env_states = jtu.tree_map(
         lambda first, rest: jnp.concatenate([first[None], rest]),
         initial_state,
@@ -352,4 +344,14 @@ def record(
     )
 
 
-__all__ = ["Summary", "Trajectory", "record", "rollout"]
+__all__ = [
+    "LifetimeCarry",
+    "StepKeys",
+    "StepRecord",
+    "Summary",
+    "Trajectory",
+    "lifetime_step",
+    "record",
+    "rollout",
+    "start_lifetime",
+]

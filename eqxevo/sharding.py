@@ -1,24 +1,6 @@
 """Device meshes, population sharding, and multi-host runs on JAX's distributed runtime.
 
-eqxevo parallelises one thing across devices: the population axis of the
-evaluation. The strategy's state, `ask` and `tell` are small and stay replicated
-(every device computes them, identically); the evaluation, where the lifetimes
-run, is split with `jax.shard_map` so that each device evaluates `P / D`
-genomes; their fitness (and aux) is all-gathered before `tell`. Genome i's key
-is `fold_in(key, i)` wherever genome i runs, so a run gives bit-identical results
-on 1, 2 or 4 devices, on one process or several (see `tests/test_sharding.py`).
-
-    mesh = eqxevo.population_mesh()                      # every device
-    result = eqxevo.evolve(key, strategy, fitness_fn, num_generations=100, mesh=mesh)
-
-On a CPU, XLA runs each program on one thread; exposing the cores as devices
-(`use_cpu_devices()` or `XLA_FLAGS=--xla_force_host_platform_device_count=N`,
-before JAX starts) and sharding the population over them is how one run uses
-every core.
-
-Several processes (GPU hosts, say) join one run with `initialize_distributed`,
-which calls `jax.distributed.initialize` and returns the global mesh; every
-process then runs the same script and gets the same, replicated, results.
+See docs/internals.md ("Sharding") for what is split, what is replicated, and why.
 """
 
 import os
@@ -31,6 +13,8 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from ._checks import optional_positive_int
 
 _Tree = TypeVar("_Tree")
 _Out = TypeVar("_Out")
@@ -76,10 +60,8 @@ def use_cpu_devices(num_devices: int | None = None) -> None:
     Raises:
         RuntimeError: JAX has already started its backends.
     """
-    count = (os.cpu_count() or 1) if num_devices is None else num_devices
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise ValueError(f"num_devices must be a positive int; got {num_devices!r}")
-    jax.config.update("jax_num_cpu_devices", count)
+    count = optional_positive_int("num_devices", num_devices, "one per core")
+    jax.config.update("jax_num_cpu_devices", count or os.cpu_count() or 1)
 
 
 def initialize_distributed(
@@ -136,6 +118,7 @@ def mesh_size(mesh: Mesh | None) -> int:
 def check_divisible(name: str, size: int, num_devices: int) -> None:
     """Raise a clear error when `size` genomes cannot be split over `num_devices`."""
     count = num_devices
+    # Blocks must be equal: shard_map splits an axis into D equal parts.
     if size % count:
         lower = size - size % count
         raise ValueError(
@@ -176,8 +159,9 @@ def replicate(tree: _Tree, mesh: Mesh | None) -> _Tree:
     local_only = all(d.process_index == jax.process_index() for d in mesh.devices.flat)
 
     def put(x: Any) -> Any:
-        if local_only:
+        if local_only:  # one process owns every device: a plain put suffices
             return jax.device_put(x, sharding)
+        # Typed keys have no buffer of their own: place their key data, rewrap.
         if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
             data = put(jax.random.key_data(x))
             return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
@@ -216,6 +200,8 @@ def replicated(fn: Callable[..., _Out], mesh: Mesh | None) -> Callable[..., _Out
 
     def wrapped(*args: Any) -> _Out:
         dynamic, static = eqx.partition(args, eqx.is_array)
+        # shard_map takes and returns arrays only: the body runs once, at trace
+        # time, and hands its non-array outputs out through this list.
         out_static = []
 
         def body(dynamic: Any) -> Any:
@@ -266,6 +252,8 @@ def shard_population(
 
     def split(batched: Any, shared: Any) -> Any:
         if _manual(mesh):
+            # Inside `replicated`'s shard_map every device holds the whole
+            # population: each takes its own contiguous block by device index.
             size = jtu.tree_leaves(batched)[0].shape[0]
             block = size // mesh.size
             start = jax.lax.axis_index(axes) * block

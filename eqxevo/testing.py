@@ -1,28 +1,5 @@
-"""A testing kit for your own environments, policies and genomes.
-
-Checkers, for your test suite:
-
-    from eqxevo.testing import check_env, check_policy
-    check_env(MyEnv(), params)             # raises CheckFailed explaining what is wrong
-    check_policy(MyNet(key=k), MyEnv(), params)
-
-They verify what eqxevo relies on: purity (the same key gives bit-identical
-output), static shapes and dtypes (the state a step returns has the type of the
-state it was given), that `jit` and `vmap` work (over keys, states and params),
-that stepping compiles once, and that outputs are finite. A failure raises
-`CheckFailed` (an `AssertionError`, so pytest reports it as a test failure)
-saying in plain words what went wrong and the usual fix.
-
-Hypothesis strategies, to draw inputs (need `hypothesis`, in eqxevo's `dev` extra):
-
-    from hypothesis import given
-    from eqxevo import testing
-
-    @given(key=testing.keys(), size=testing.population_sizes(even=True))
-    def test_my_fitness(key, size): ...
-
-`keys()`, `population_sizes()`, `small_genomes()` (small `MLPPolicy` genomes),
-`actions()`.
+"""A testing kit for your own environments, policies and genomes: checkers that
+explain what is wrong, and Hypothesis strategies (docs/environments.md).
 """
 
 from collections.abc import Callable
@@ -35,6 +12,13 @@ import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
 
+from ._checks import positive_int
+from ._hypothesis import (
+    actions as actions,
+    keys as keys,
+    population_sizes as population_sizes,
+    small_genomes as small_genomes,
+)
 from ._types import PRNGKey
 from .envs.base import AbstractEnv
 from .nets.base import AbstractPolicy
@@ -66,6 +50,7 @@ def _leaf_type(x: Any) -> str:
 
 
 def _signature(x: Any) -> Any:
+    # Weak types count: a weakly typed leaf changes the program it is traced into.
     if isinstance(x, jax.Array | np.ndarray | np.generic):
         return (tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False)))
     return ("python", type(x).__name__)
@@ -90,35 +75,33 @@ def _type_difference(before: Any, after: Any) -> str | None:
 
 
 def _value(x: Any) -> np.ndarray:
+    # Typed keys cannot be compared as they are: compare their key data.
     if _is_key(x):
         return np.asarray(jr.key_data(x))
     return np.asarray(x)
 
 
-def _value_difference(
-    a: Any, b: Any, rtol: float = 0.0, atol: float = 0.0
-) -> str | None:
-    """Where two pytrees of the same type differ in value (exactly by default)."""
+def _value_difference(a: Any, b: Any) -> str | None:
+    """Where two pytrees of the same type differ in value (bit for bit; NaN == NaN)."""
     structure = _type_difference(a, b)
     if structure is not None:
         return structure
     for (path, x), (_, y) in zip(_paths(a), _paths(b), strict=True):
         x, y = _value(x), _value(y)
-        if rtol == 0.0 and atol == 0.0:
-            same = np.array_equal(x, y, equal_nan=x.dtype.kind in "fc")
-        else:
-            same = bool(np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True))
-        if not same:
+        if not np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"):
             return f"leaf {path} differs: {x!r} vs {y!r}"
     return None
 
 
-def _non_arrays(tree: Any) -> list[str]:
-    return [
+def _all_arrays(what: str, tree: Any, why: str) -> None:
+    """`CheckFailed` naming every leaf of `tree` that is not an array."""
+    bad = [
         f"{path} = {_leaf_type(leaf)}"
         for path, leaf in _paths(tree)
         if not isinstance(leaf, jax.Array | np.ndarray)
     ]
+    if bad:
+        raise _fail(what, why + "; ".join(bad))
 
 
 def _non_finite(tree: Any) -> list[str]:
@@ -173,7 +156,7 @@ def _check_outputs(what: str, env: AbstractEnv, out: Any) -> None:
             + (f" of length {len(out)}" if isinstance(out, tuple) else ""),
         )
     obs, state, reward, done, info = out
-    _check_obs(what, env, obs)
+    _check_vector(what, "observation", obs, env.obs_size, " (env.obs_size)")
     reward = jnp.asarray(reward)
     if reward.shape != () or not jnp.issubdtype(reward.dtype, jnp.floating):
         raise _fail(what, f"reward must be a float scalar; got {_leaf_type(reward)}")
@@ -187,24 +170,53 @@ def _check_outputs(what: str, env: AbstractEnv, out: Any) -> None:
             raise _fail(
                 what, f"info[{k!r}] must be a scalar array; got {_leaf_type(v)}"
             )
-    bad = _non_arrays(state)
+    why = (
+        "every leaf of the state must be a JAX array (Python numbers become "
+        "weakly typed or static under jit); offending leaves: "
+    )
+    _all_arrays(what, state, why)
+
+
+def _check_vector(what: str, label: str, x: Any, size: int, source: str = "") -> None:
+    """`CheckFailed` unless `x` is a floating array of shape `(size,)`."""
+    if not isinstance(x, jax.Array) or x.shape != (size,):
+        raise _fail(
+            what,
+            f"the {label} must be an array of shape ({size},){source}; got "
+            f"{_leaf_type(x)}",
+        )
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise _fail(what, f"the {label} must be floating; got {x.dtype}")
+
+
+def _name_of(subject: Any, protocol: type, public_name: str) -> str:
+    """The subject's type name; `CheckFailed` unless it implements `protocol`."""
+    name = type(subject).__name__
+    if not isinstance(subject, protocol):
+        raise CheckFailed(f"{name} is not an {public_name}")
+    return name
+
+
+def _same_type(what: str, where: str, before: Any, after: Any) -> None:
+    """`CheckFailed` unless two pytrees have one structure, shapes and dtypes."""
+    difference = _type_difference(before, after)
+    if difference is not None:
+        raise _fail(what, f"{where} {difference}. {_SHAPE_HINT}")
+
+
+def _finite(what: str, where: str, tree: Any, advice: str = "") -> None:
+    """`CheckFailed` naming the first non-finite leaves of `tree`, if any."""
+    bad = _non_finite(tree)
     if bad:
-        raise _fail(
-            what,
-            "every leaf of the state must be a JAX array (Python numbers become "
-            "weakly typed or static under jit); offending leaves: " + "; ".join(bad),
-        )
+        raise _fail(what, f"{where}: " + "; ".join(bad[:5]) + advice)
 
 
-def _check_obs(what: str, env: AbstractEnv, obs: Any) -> None:
-    if not isinstance(obs, jax.Array) or obs.shape != (env.obs_size,):
-        raise _fail(
-            what,
-            f"the observation must be an array of shape ({env.obs_size},) "
-            f"(env.obs_size); got {_leaf_type(obs)}",
-        )
-    if not jnp.issubdtype(obs.dtype, jnp.floating):
-        raise _fail(what, f"the observation must be floating; got {obs.dtype}")
+def _traces(what: str, hint: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """The output shapes of `fn(*args)`; `CheckFailed` if it does not trace."""
+    try:
+        return eqx.filter_eval_shape(fn, *args)
+    except Exception as err:
+        raise _fail(what, f"{type(err).__name__}: {err}. {hint}") from err
 
 
 # -- purity by tracing twice -------------------------------------------------------
@@ -219,6 +231,8 @@ def _program(fn: Callable[..., Any], *args: Any) -> tuple[str, list[Any], Any]:
 
 def _check_traces_alike(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     """Trace `fn` twice; a pure function gives the same program both times."""
+    # Catches what running twice cannot: state read at trace time (a global
+    # counter, Python's random) is baked into the program as a constant.
     try:
         first = _program(fn, *args)
         second = _program(fn, *args)
@@ -247,6 +261,7 @@ def _check_traces_alike(what: str, fn: Callable[..., Any], *args: Any) -> Any:
 
 def _named(out: Any) -> Any:
     """Name the parts of a reset/step/act output, for readable leaf paths."""
+    # "['state'].time differs" reads better than "[1].time differs".
     if isinstance(out, tuple) and len(out) == 5:
         return dict(zip(("obs", "state", "reward", "done", "info"), out, strict=True))
     if isinstance(out, tuple) and len(out) == 2:
@@ -281,6 +296,8 @@ def _traced_step(
     return env.step(key, state, action, params)
 
 
+# Counted traces tell a step that traces again although its inputs kept their
+# types: it depends on something that changes between calls at trace time.
 _counted_step = eqx.debug.assert_max_traces(_traced_step, max_traces=None)
 _jit_step = eqx.filter_jit(_counted_step)
 
@@ -321,15 +338,10 @@ def check_env(
 ) -> None:
     """Check that an environment meets eqxevo's protocol; raise `CheckFailed` if not.
 
-    Verifies: sizes are positive ints; params are a pytree of arrays; `reset`
-    and `step` are pure (traced twice they give the same program, run twice
-    with the same key and inputs they give bit-identical outputs); they trace
-    under `jit`; outputs have the documented types (obs `(obs_size,)` float,
-    reward float scalar, done bool scalar, info a dict of scalars, state leaves
-    arrays); the state keeps its structure, shapes and dtypes (weak types
-    included) from reset through `num_steps` steps with random actions in
-    [-1, 1], and stepping compiles once; `vmap` over keys and states, and over
-    stacked params, traces; every output is finite.
+    Purity (traced twice: one program; run twice: the same bits), `jit` and
+    `vmap`, the documented output types, a state whose type never changes over
+    `num_steps` random steps, one compilation, finite outputs
+    (docs/environments.md, "Checking your own environment or policy").
 
     Arguments:
         env: the environment.
@@ -340,23 +352,20 @@ def check_env(
     Raises:
         CheckFailed: with a plain-words explanation of the first failure.
     """
-    name = type(env).__name__
-    if not isinstance(env, AbstractEnv):
-        raise CheckFailed(f"{name} is not an eqxevo.envs.AbstractEnv")
+    name = _name_of(env, AbstractEnv, "eqxevo.envs.AbstractEnv")
     for attr in ("obs_size", "action_size"):
-        value = getattr(env, attr, None)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise _fail(name, f"{attr} must be a positive Python int; got {value!r}")
+        try:
+            positive_int(attr, getattr(env, attr, None))
+        except ValueError as err:
+            raise _fail(name, str(err)) from None
     if params is None:
         params = _call(f"{name}.default_params()", env.default_params)
-    bad = _non_arrays(params)
-    if bad:
-        raise _fail(
-            f"{name} params",
-            "every leaf must be an array: under jit a Python number is a "
-            "compile-time constant (each variant recompiles) and vmap cannot map "
-            "it. Offending leaves: " + "; ".join(bad),
-        )
+    why = (
+        "every leaf must be an array: under jit a Python number is a compile-time "
+        "constant (each variant recompiles) and vmap cannot map it. Offending "
+        "leaves: "
+    )
+    _all_arrays(f"{name} params", params, why)
     key = jr.key(0) if key is None else key
     reset_key, step_key, batch_key = jr.split(key, 3)
 
@@ -366,14 +375,15 @@ def check_env(
     if not isinstance(first, tuple) or len(first) != 2:
         raise _fail(f"{name}.reset", "must return the pair (obs, state)")
     obs, state = first
-    _check_obs(f"{name}.reset", env, obs)
-    bad = _non_arrays(state)
-    if bad:
-        raise _fail(
-            f"{name}.reset",
-            "every leaf of the state must be a JAX array; offending leaves: "
-            + "; ".join(bad),
-        )
+    _check_vector(f"{name}.reset", "observation", obs, env.obs_size, " (env.obs_size)")
+    why = "every leaf of the state must be a JAX array; offending leaves: "
+    _all_arrays(f"{name}.reset", state, why)
+    advice = (
+        ". NaN or inf in an observation or state poisons the whole lifetime "
+        "(check divisions, logs and exponentials)."
+    )
+    tree = {"obs": obs, "state": state}
+    _finite(f"{name} produced non-finite values", "at reset", tree, advice)
 
     # step: pure, typed, type-stable over steps, compiled once.
     def step_inputs(t: int, state: Any) -> tuple[Any, ...]:
@@ -381,59 +391,40 @@ def check_env(
         return key_t, state, _random_action(action_key, env.action_size), params
 
     _check_traces_alike(f"{name}.step", env.step, *step_inputs(0, state))
-
-    current, reference, outputs, traces = state, None, [first], 0
+    current, reference, traces = state, None, 0
     for t in range(max(num_steps, 1)):
-        difference = _type_difference(state, current)
-        if difference is not None:
-            raise _fail(
-                f"{name}.step changed the state's type",
-                f"(compared with the state reset returns) at step {t - 1} "
-                f"{difference}. {_SHAPE_HINT}",
-            )
         out = _check_runs_alike(
             f"{name}.step", _jit_step, env, *step_inputs(t, current)
         )
+        # Later steps must reuse step 0's program: a new trace means the step
+        # depends on something besides its inputs' types.
         if t == 0:
             traces = eqx.debug.get_num_traces(_counted_step)
         _recompiled(f"{name}.step", t, _counted_step, traces)
         _check_outputs(f"{name}.step (step {t})", env, out)
-        if reference is None:
-            reference = out
+        reference = out if reference is None else reference
+        current = out[1]
+        _same_type(
+            f"{name}.step changed the state's type",
+            f"(compared with the state reset returns) at step {t}",
+            state,
+            current,
+        )
         for label, before, after in (
             ("observation", obs, out[0]),
             ("reward", reference[2], out[2]),
             ("done", reference[3], out[3]),
             ("info", reference[4], out[4]),
         ):
-            difference = _type_difference(before, after)
-            if difference is not None:
-                raise _fail(
-                    f"{name}.step changed the {label}'s type",
-                    f"at step {t} {difference}. {_SHAPE_HINT}",
-                )
-        outputs.append(out)
-        current = out[1]
-    difference = _type_difference(state, current)
-    if difference is not None:
-        raise _fail(
-            f"{name}.step changed the state's type",
-            f"(compared with the state reset returns) {difference}. {_SHAPE_HINT}",
+            _same_type(
+                f"{name}.step changed the {label}'s type", f"at step {t}", before, after
+            )
+        _finite(
+            f"{name} produced non-finite values", f"at step {t}", _named(out), advice
         )
 
-    # Finite outputs.
-    for t, out in enumerate(outputs):
-        bad = _non_finite(_named(out) if t else {"obs": out[0], "state": out[1]})
-        if bad:
-            where = "reset" if t == 0 else f"step {t - 1}"
-            raise _fail(
-                f"{name} produced non-finite values",
-                f"at {where}: " + "; ".join(bad[:5]) + ". NaN or inf in an "
-                "observation or state poisons the whole lifetime (check divisions, "
-                "logs and exponentials).",
-            )
-
-    # vmap over keys and states, and over stacked params (traced only).
+    # vmap over keys and states, and over stacked params (traced only: shapes
+    # are what a population needs, and tracing is cheap).
     batch = 3
     keys = jr.split(batch_key, batch)
     actions = jax.vmap(lambda k: _random_action(k, env.action_size))(keys)
@@ -445,15 +436,11 @@ def check_env(
         _, states = jax.vmap(env.reset)(keys, stacked)
         return jax.vmap(env.step)(keys, states, actions, stacked)
 
-    try:
-        shapes = jax.eval_shape(batched, keys, actions, stacked)
-    except Exception as err:
-        raise _fail(
-            f"{name} is not vmappable",
-            f"{type(err).__name__}: {err}. vmap runs a population of agents (and "
-            "variants of params) in one program; every operation must act on one "
-            f"example at a time. {_JIT_HINT}",
-        ) from err
+    hint = (
+        "vmap runs a population of agents (and variants of params) in one program; "
+        f"every operation must act on one example at a time. {_JIT_HINT}"
+    )
+    shapes = _traces(f"{name} is not vmappable", hint, batched, keys, actions, stacked)
     if shapes[0].shape != (batch, env.obs_size):
         raise _fail(
             f"{name} under vmap",
@@ -476,15 +463,10 @@ def check_policy(
 ) -> None:
     """Check that a policy meets eqxevo's protocol in `env`; raise `CheckFailed` if not.
 
-    Verifies: its sizes match the environment's; `initial_state`, `__call__`
-    and `reinforce` are pure (traced twice they give the same program, run
-    twice they give bit-identical outputs); actions are float `(action_size,)`
-    arrays, finite and (unless `action_range` is None) within `action_range`;
-    the lifetime state keeps its structure, shapes and dtypes across
-    `num_steps` steps of acting and reinforcing in `env`, compiled once; `vmap`
-    over a batch of observations and states, and over a population of the
-    policy (its floating leaves stacked, as `evaluate` does), traces; and a
-    `rollout` traces (the lifetime state fits a `lax.scan` carry).
+    Sizes that match `env`, purity of `initial_state`, `__call__` and
+    `reinforce`, float actions of the right shape in `action_range`, a lifetime
+    state whose type never changes, one compilation, `vmap` over a population,
+    and a `rollout` that traces (docs/environments.md).
 
     Arguments:
         policy: the policy (a genome).
@@ -497,9 +479,7 @@ def check_policy(
     Raises:
         CheckFailed: with a plain-words explanation of the first failure.
     """
-    name = type(policy).__name__
-    if not isinstance(policy, AbstractPolicy):
-        raise CheckFailed(f"{name} is not an eqxevo.nets.AbstractPolicy")
+    name = _name_of(policy, AbstractPolicy, "eqxevo.nets.AbstractPolicy")
     for attr in ("obs_size", "action_size"):
         mine, theirs = getattr(policy, attr, None), getattr(env, attr)
         if mine != theirs:
@@ -526,13 +506,7 @@ def check_policy(
 
     current, traces = state, 0
     for t in range(max(num_steps, 1)):
-        difference = _type_difference(state, current)
-        if difference is not None:
-            raise _fail(
-                f"{name} changed its lifetime state's type",
-                f"(compared with initial_state) after step {t - 1} {difference}. "
-                f"{_SHAPE_HINT}",
-            )
+        # A reward that changes every step exercises reward-driven plasticity.
         reward = jnp.asarray(0.5 * t, jnp.float32)
         action, current = _check_runs_alike(
             f"{name}", _jit_act, policy, obs, current, reward
@@ -540,22 +514,15 @@ def check_policy(
         if t == 0:
             traces = eqx.debug.get_num_traces(_counted_act)
         _recompiled(f"{name}", t, _counted_act, traces)
-        if not isinstance(action, jax.Array) or action.shape != (policy.action_size,):
-            raise _fail(
-                f"{name}.__call__",
-                f"the action must be an array of shape ({policy.action_size},); got "
-                f"{_leaf_type(action)}",
-            )
-        if not jnp.issubdtype(action.dtype, jnp.floating):
-            raise _fail(
-                f"{name}.__call__", f"the action must be floating; got {action.dtype}"
-            )
-        bad = _non_finite({"action": action, "state": current})
-        if bad:
-            raise _fail(
-                f"{name} produced non-finite values",
-                f"at step {t}: " + "; ".join(bad[:5]),
-            )
+        _same_type(
+            f"{name} changed its lifetime state's type",
+            f"(compared with initial_state) after step {t}",
+            state,
+            current,
+        )
+        _check_vector(f"{name}.__call__", "action", action, policy.action_size)
+        tree = {"action": action, "state": current}
+        _finite(f"{name} produced non-finite values", f"at step {t}", tree)
         if action_range is not None:
             low, high = action_range
             value = np.asarray(action)
@@ -569,16 +536,11 @@ def check_policy(
         obs, env_state, *_ = _jit_step(
             env, jr.fold_in(run_key, t), env_state, action, params
         )
-    difference = _type_difference(state, current)
-    if difference is not None:
-        raise _fail(
-            f"{name} changed its lifetime state's type",
-            f"(compared with initial_state) {difference}. {_SHAPE_HINT}",
-        )
 
     # vmap over observations/states and over a population; a rollout (traced).
     batch = 3
     keys = jr.split(batch_key, batch)
+    # A population as evaluate builds it: floating leaves stacked, the rest shared.
     evolvable, static = eqx.partition(policy, eqx.is_inexact_array)
     population = jtu.tree_map(lambda x: jnp.stack([x] * batch), evolvable)
 
@@ -591,99 +553,22 @@ def check_policy(
 
         return eqx.filter_vmap(member)(population, observations, states)
 
-    try:
-        eqx.filter_eval_shape(batched, keys, jnp.stack([obs] * batch), population)
-    except Exception as err:
-        raise _fail(
-            f"{name} is not vmappable",
-            f"{type(err).__name__}: {err}. evaluate() vmaps the policy over a "
-            "population (its floating leaves stacked) and over keys.",
-        ) from err
-    try:
-        eqx.filter_eval_shape(rollout, run_key, policy, env, params, 2)
-    except Exception as err:
-        raise _fail(
-            f"rollout of {name} does not trace",
-            f"{type(err).__name__}: {err}. The lifetime state must keep one type "
-            "(a lax.scan carry).",
-        ) from err
-
-
-# -- Hypothesis strategies -----------------------------------------------------------
-
-
-def _hypothesis() -> Any:
-    try:
-        import hypothesis.strategies as st
-    except ImportError as err:  # pragma: no cover - hypothesis is a dev dependency
-        raise ImportError(
-            "eqxevo.testing's strategies need hypothesis: pip install hypothesis "
-            '(or "eqxevo[dev]")'
-        ) from err
-    return st
-
-
-def keys() -> Any:
-    """Hypothesis strategy: typed PRNG keys `jax.random.key(seed)`."""
-    st = _hypothesis()
-    return st.integers(0, 2**32 - 1).map(jr.key)
-
-
-def population_sizes(
-    min_size: int = 2, max_size: int = 32, *, even: bool = False
-) -> Any:
-    """Hypothesis strategy: population sizes in `[min_size, max_size]`.
-
-    Arguments:
-        even: only even sizes (antithetic strategies such as open_es and pgpe).
-    """
-    st = _hypothesis()
-    if min_size < 1 or max_size < min_size:
-        raise ValueError(
-            f"need 1 <= min_size <= max_size; got min_size={min_size}, "
-            f"max_size={max_size}"
-        )
-    if not even:
-        return st.integers(min_size, max_size)
-    low, high = (min_size + 1) // 2, max_size // 2
-    if low > high:
-        raise ValueError(f"no even size in [{min_size}, {max_size}]")
-    return st.integers(low, high).map(lambda n: 2 * n)
-
-
-def small_genomes(
-    obs_size: int | None = None,
-    action_size: int | None = None,
-    *,
-    max_width: int = 8,
-    max_depth: int = 2,
-) -> Any:
-    """Hypothesis strategy: small `MLPPolicy` genomes (few shapes: compiling costs).
-
-    Arguments:
-        obs_size, action_size: fixed sizes, or None to draw them in [1, 4].
-        max_width, max_depth: bounds of the hidden layers.
-    """
-    from .nets.mlp import MLPPolicy
-
-    st = _hypothesis()
-    size = st.integers(1, 4)
-    return st.builds(
-        lambda o, a, w, d, seed: MLPPolicy(o, a, w, d, key=jr.key(seed)),
-        st.just(obs_size) if obs_size is not None else size,
-        st.just(action_size) if action_size is not None else size,
-        st.integers(1, max_width),
-        st.integers(0, max_depth),
-        st.integers(0, 2**32 - 1),
+    hint = (
+        "evaluate() vmaps the policy over a population (its floating leaves "
+        "stacked) and over keys."
     )
-
-
-def actions(action_size: int) -> Any:
-    """Hypothesis strategy: float32 actions of shape `(action_size,)` in [-1, 1]."""
-    st = _hypothesis()
-    element = st.floats(-1.0, 1.0, width=32)
-    return st.lists(element, min_size=action_size, max_size=action_size).map(
-        lambda xs: jnp.asarray(xs, jnp.float32)
+    observations = jnp.stack([obs] * batch)
+    _traces(f"{name} is not vmappable", hint, batched, keys, observations, population)
+    hint = "The lifetime state must keep one type (a lax.scan carry)."
+    _traces(
+        f"rollout of {name} does not trace",
+        hint,
+        rollout,
+        run_key,
+        policy,
+        env,
+        params,
+        2,
     )
 
 

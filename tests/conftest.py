@@ -14,7 +14,7 @@ import jax.random as jr
 import pytest
 
 # eqxevo itself must be strict-clean; evosax is not, and eqxevo traces it under
-# standard promotion on purpose (see strategy._standard_promotion).
+# standard promotion on purpose (see strategy.base.standard_promotion).
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 hypothesis.settings.register_profile(

@@ -1,22 +1,157 @@
-"""NumPy reference steps of the arena environments (float64, written from the docs).
+"""Reference environments for the tests: NumPy steps of the arena environments,
+and `CounterEnv`, a tiny environment whose every value is known.
 
 Each `*_step(state, action, params, noise)` takes NumPy dicts built from the
 JAX state/params/noise (`as_numpy`) and returns `(obs, state, reward, done,
-info)` as NumPy values, so property tests can compare the JAX step against it.
-`float_arrays` draws the states' arrays.
+info)` as NumPy values (float64, written from docs/environments.md), so
+property tests can compare the JAX step against it (`assert_step_matches`).
 """
 
+import dataclasses
 import math
 
+import equinox as eqx
 import hypothesis.extra.numpy as hnp
 import hypothesis.strategies as st
 import jax
+import jax.numpy as jnp
+import jax.random as jr
 import numpy as np
+
+from eqxevo.envs import AbstractEnv
+
+
+class CounterParams(eqx.Module):
+    episode_length: jax.Array
+
+
+class CounterState(eqx.Module):
+    time: jax.Array
+    noise: jax.Array
+
+
+class CounterEnv(AbstractEnv):
+    """obs = (time, last noise); reward = 1 + action[0]; done at episode_length."""
+
+    obs_size: int = eqx.field(static=True, default=2)
+    action_size: int = eqx.field(static=True, default=1)
+
+    def default_params(self):
+        return CounterParams(jnp.asarray(3, jnp.int32))
+
+    def reset(self, key, params):
+        del params
+        noise = jr.uniform(key, (), jnp.float32)
+        state = CounterState(jnp.zeros((), jnp.int32), noise)
+        return jnp.stack([jnp.zeros((), jnp.float32), noise]), state
+
+    def step(self, key, state, action, params):
+        noise = jr.uniform(key, (), jnp.float32)
+        time = state.time + 1
+        obs = jnp.stack([time.astype(jnp.float32), noise])
+        reward = 1.0 + action[0]
+        done = time >= params.episode_length
+        return obs, CounterState(time, noise), reward, done, {"time": time}
 
 
 def float_arrays(shape, low, high):
     """Hypothesis strategy: float32 arrays of `shape` with elements in [low, high]."""
     return hnp.arrays(np.float32, shape, elements=st.floats(low, high, width=32))
+
+
+# Ranges the reference tests draw params from (whichever fields a params class
+# has; the rest keep their defaults): wide enough to reach deaths, floors and
+# walls, short episodes so `done` is exercised.
+PARAM_RANGES = {
+    "length_scale": (0.05, 2.0),
+    "sensor_noise": (0.0, 0.05),
+    "sensor_angle": (0.0, 1.5),
+    "sensor_distance": (0.0, 0.2),
+    "drift_speed": (0.0, 0.05),
+    "reward_length": (0.05, 1.0),
+    "eat_radius": (0.02, 0.5),
+    "eat_rate": (0.0, 1.0),
+    "nutrition": (0.0, 2.0),
+    "regrowth_rate": (0.0, 0.1),
+    "metabolic_rate": (0.0, 0.05),
+    "setpoint": (0.1, 0.9),
+    "death_penalty": (0.0, 200.0),
+    "toxicity": (0.0, 2.0),
+    "taste_gain": (0.0, 100.0),
+    "season_length": (1, 8),
+    "swap_prob": (0.0, 1.0),
+    "relocate_prob": (0.0, 1.0),
+    "episode_length": (1, 50),
+}
+
+
+def params_draws(cls):
+    """Hypothesis strategy: `cls` params, each field in `PARAM_RANGES` drawn."""
+    names = {field.name for field in dataclasses.fields(cls)}
+    return st.builds(
+        cls,
+        **{
+            name: st.integers(low, high)
+            if isinstance(low, int)
+            else st.floats(low, high)
+            for name, (low, high) in PARAM_RANGES.items()
+            if name in names
+        },
+    )
+
+
+def arena_states(cls, **draws):
+    """Hypothesis strategy: `cls` states, the body anywhere in the unit arena and
+    every other field from `draws` (ints as int32 arrays, the rest float32)."""
+    pose = {
+        "position": float_arrays((2,), -1.0, 1.0),
+        "heading": st.floats(-3.14159, 3.14159),
+    }
+
+    def build(fields):
+        return cls(
+            **{
+                name: jnp.asarray(v, jnp.int32 if isinstance(v, int) else jnp.float32)
+                for name, v in fields.items()
+            }
+        )
+
+    return st.fixed_dictionaries({**pose, **draws}).map(build)
+
+
+def replay(reference, env, key, state, action, params):
+    """The reference step of the transition `env.step(key, state, action, params)`
+    makes, with the same random draws (`env.sample_noise`)."""
+    noise = as_numpy(env.sample_noise(key, params))
+    return reference(as_numpy(state), np.asarray(action), as_numpy(params), noise)
+
+
+def assert_step_matches(out, expected, reward_tol=(1e-4, 1e-5), **state_atol):
+    """A JAX step's `(obs, state, reward, done, info)` against the reference's.
+
+    float32 against float64: the observation (log readings) to 1e-4, the
+    reward to `reward_tol` (atol, rtol), every state field to 1e-5 in a unit
+    arena unless `state_atol` names another tolerance (0: exact), the heading
+    modulo 2 pi; `done` exactly, `info` to 1e-5.
+    """
+    obs, new, reward, done, info = out
+    r_obs, r_new, r_reward, r_done, r_info = expected
+    np.testing.assert_allclose(obs, r_obs, atol=1e-4, rtol=1e-4)
+    for name, value in as_numpy(new).items():
+        atol = state_atol.get(name, 1e-5)
+        want = np.asarray(r_new[name], np.float64)
+        if name == "heading":
+            assert abs(wrap(float(value) - want)) <= atol
+        elif atol == 0:
+            np.testing.assert_array_equal(value, want, err_msg=name)
+        else:
+            np.testing.assert_allclose(value, want, atol=atol, err_msg=name)
+    assert bool(done) == bool(r_done)
+    np.testing.assert_allclose(reward, r_reward, atol=reward_tol[0], rtol=reward_tol[1])
+    assert set(info) == set(r_info)
+    for name, value in info.items():
+        want = np.float64(r_info[name])
+        np.testing.assert_allclose(np.float64(value), want, atol=1e-5, err_msg=name)
 
 
 def as_numpy(module) -> dict:

@@ -40,7 +40,7 @@ def test_box_actions_map_the_unit_interval_onto_the_bounds():
     env = GymnaxEnv("Pendulum-v1")
     assert (env.action_size, env.low, env.high) == (1, (-2.0,), (2.0,))
     for unit, torque in ((-1.0, -2.0), (0.0, 0.0), (1.0, 2.0), (3.0, 2.0)):
-        mapped = env._action(jnp.array([unit], jnp.float32))
+        mapped = env.to_gymnax_action(jnp.array([unit], jnp.float32))
         np.testing.assert_allclose(mapped, [torque], atol=1e-6)
 
 
@@ -53,18 +53,18 @@ def test_normalize_obs_maps_bounded_dimensions_onto_the_unit_interval(key):
     expected = (np.asarray(raw_obs) - [-0.3, 0.0]) / [0.9, 0.07]
     np.testing.assert_allclose(obs, expected, rtol=1e-5, atol=1e-6)
     low, high = jnp.array([-1.2, -0.07]), jnp.array([0.6, 0.07])
-    np.testing.assert_allclose(env._observe(low), [-1.0, -1.0], atol=1e-6)
-    np.testing.assert_allclose(env._observe(high), [1.0, 1.0], atol=1e-6)
+    np.testing.assert_allclose(env.to_observation(low), [-1.0, -1.0], atol=1e-6)
+    np.testing.assert_allclose(env.to_observation(high), [1.0, 1.0], atol=1e-6)
     # steps see the same map
     step_obs = env.step(key, raw.reset(key, params)[1], jnp.zeros(1), params)[0]
     raw_step = raw.step(key, raw.reset(key, params)[1], jnp.zeros(1), params)[0]
-    np.testing.assert_allclose(step_obs, env._observe(raw_step), rtol=1e-6)
+    np.testing.assert_allclose(step_obs, env.to_observation(raw_step), rtol=1e-6)
     # CartPole: x (+-4.8) and the angle (+-0.419) scale; the velocities, bounded
     # only by float32's largest value, pass through
     cart = GymnaxEnv("CartPole-v1", normalize_obs=True)
-    got = cart._observe(jnp.array([4.8, 3.0, -0.41887903, -2.0]))
+    got = cart.to_observation(jnp.array([4.8, 3.0, -0.41887903, -2.0]))
     np.testing.assert_allclose(got, [1.0, 3.0, -1.0, -2.0], rtol=1e-5)
-    assert GymnaxEnv("CartPole-v1")._observe(jnp.array([4.8, 0, 0, 0]))[0] == 4.8
+    assert GymnaxEnv("CartPole-v1").to_observation(jnp.array([4.8, 0, 0, 0]))[0] == 4.8
 
 
 def test_normalize_obs_must_be_a_bool():

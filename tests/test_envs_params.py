@@ -20,9 +20,9 @@ from eqxevo.envs import (
     LongHorizon,
     LongHorizonParams,
 )
-from eqxevo.envs.base import traced_param_checks
 from eqxevo.envs.params import Spec
-from eqxevo.experiment import make_env
+from eqxevo.experiment.build import make_env
+from eqxevo.registry import lookup
 
 ENVS = {
     "chemotaxis": (Chemotaxis, ChemotaxisParams),
@@ -134,11 +134,6 @@ def test_programs_without_checks_hold_no_host_callback():
     assert "callback" in hlo(Chemotaxis(traced_param_checks=True))
 
 
-def test_the_global_switch_is_gone_with_a_pointer_to_its_replacement():
-    with pytest.raises(RuntimeError, match="traced_param_checks=True"):
-        traced_param_checks()
-
-
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
@@ -168,15 +163,20 @@ def test_params_build_under_vmap_as_a_batch_of_variants():
         jax.vmap(lambda t: ChemotaxisParams(episode_length=t))(scales)
 
 
+def _env_from(table):
+    experiment = from_dict(table)
+    return make_env(experiment, lookup(experiment))
+
+
 def test_toml_overrides_keep_their_keys_and_get_the_same_checks():
     table = {"env": {"name": "foraging", "params": {"setpoint": 0.4}}}
-    env, params = make_env(from_dict(table))
+    env, params = _env_from(table)
     assert isinstance(env, Foraging) and float(params.setpoint) == pytest.approx(0.4)
     table["env"]["params"] = {"setpoint": 1.0}
     with pytest.raises(ConfigError, match=r"setpoint must be finite and in \(0.0"):
-        make_env(from_dict(table))
+        _env_from(table)
     table["env"] = {"name": "chemotaxis", "options": {"traced_param_checks": True}}
-    env, _ = make_env(from_dict(table))
+    env, _ = _env_from(table)
     assert env == Chemotaxis(traced_param_checks=True)
 
 

@@ -75,17 +75,17 @@ def _legend_texts(ax):
     return [t.get_text() for t in ax.get_legend().get_texts()]
 
 
+def _assert_labels(ax, xlabel, ylabel, legend):
+    assert (ax.get_xlabel(), ax.get_ylabel()) == (xlabel, ylabel)
+    assert _legend_texts(ax) == legend
+
+
 def test_fitness_figure_has_labels_a_title_and_integer_ticks():
     records = history_records(chunk(list(range(6))))
     (ax,) = fitness_figure(records, title="run r: chemotaxis").axes
-    assert ax.get_xlabel() == "generation"
-    assert ax.get_ylabel() == "fitness (higher is better)"
     assert ax.get_title() == "run r: chemotaxis"
-    assert _legend_texts(ax) == [
-        "best so far (training)",
-        "best of the generation",
-        "population mean",
-    ]
+    legend = ["best so far (training)", "best of the generation", "population mean"]
+    _assert_labels(ax, "generation", "fitness (higher is better)", legend)
     ticks = ax.get_xticks()
     assert np.all(ticks == np.round(ticks))  # whole generations only
 
@@ -112,13 +112,12 @@ def test_fitness_band_across_seeds_is_a_95_percent_ci_and_says_so():
 def test_trajectory_figure_labels_axes_colour_bars_and_markers(trajectory):
     fig = trajectory_figure(trajectory, ENV, PARAMS, resolution=16)
     panel, colourbar = fig.axes
-    assert panel.get_xlabel() == "x (arena units)"
-    assert panel.get_ylabel() == "y (arena units)"
-    assert colourbar.get_ylabel() == "concentration (field value)"
-    assert _legend_texts(panel) == [
+    legend = [
         "path (broken at episode ends)",
         "start",
         "end",
         "sources/patches at the end",
     ]
-    assert fig._suptitle.get_text().startswith("Chemotaxis: fitness ")
+    _assert_labels(panel, "x (arena units)", "y (arena units)", legend)
+    assert colourbar.get_ylabel() == "concentration (field value)"
+    assert fig.get_suptitle().startswith("Chemotaxis: fitness ")

@@ -7,45 +7,13 @@ import numpy as np
 import pytest
 from helpers import tree_equal
 from hypothesis import given
+from reference_envs import CounterEnv, CounterParams
 
 import eqxevo
 from eqxevo import record, rollout, testing
 from eqxevo.agents import RandomAgent
-from eqxevo.envs import AbstractEnv, Chemotaxis
+from eqxevo.envs import Chemotaxis
 from eqxevo.nets import AbstractPolicy, MLPPolicy
-
-
-class CounterParams(eqx.Module):
-    episode_length: jax.Array
-
-
-class CounterState(eqx.Module):
-    time: jax.Array
-    noise: jax.Array
-
-
-class CounterEnv(AbstractEnv):
-    """obs = (time, last noise); reward = 1 + action[0]; done at episode_length."""
-
-    obs_size: int = eqx.field(static=True, default=2)
-    action_size: int = eqx.field(static=True, default=1)
-
-    def default_params(self):
-        return CounterParams(jnp.asarray(3, jnp.int32))
-
-    def reset(self, key, params):
-        del params
-        noise = jr.uniform(key, (), jnp.float32)
-        state = CounterState(jnp.zeros((), jnp.int32), noise)
-        return jnp.stack([jnp.zeros((), jnp.float32), noise]), state
-
-    def step(self, key, state, action, params):
-        noise = jr.uniform(key, (), jnp.float32)
-        time = state.time + 1
-        obs = jnp.stack([time.astype(jnp.float32), noise])
-        reward = 1.0 + action[0]
-        done = time >= params.episode_length
-        return obs, CounterState(time, noise), reward, done, {"time": time}
 
 
 class Accumulator(AbstractPolicy):

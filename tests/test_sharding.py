@@ -193,7 +193,7 @@ def test_importing_eqxevo_leaves_jax_unstarted():
         "eqxevo.use_cpu_devices(3)\n"
         "import jax\n"
         "assert len(jax.devices()) == 3, jax.devices()\n"
-        "from eqxevo.evolve import generation_keys\n"
+        "from eqxevo import generation_keys\n"
         "assert callable(eqxevo.evolve) and eqxevo.Strategy.__name__ == 'Strategy'\n"
     )
     env = worker_env(1)

@@ -287,7 +287,7 @@ def test_tell_rejects_bad_fitness_and_population(key):
         with pytest.raises(
             ValueError, match=f"fitness: expected a real.*{dtype.__name__}"
         ):
-            strategy._check_fitness(jnp.zeros(4, dtype))
+            strategy.check_fitness(jnp.zeros(4, dtype))
     # integer fitness is fine
     strategy.tell(key, population, jnp.arange(4), state)
     bigger = jax.tree.map(

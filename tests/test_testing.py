@@ -7,6 +7,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from reference_envs import CounterEnv, CounterParams, CounterState
 
 from eqxevo import testing
 from eqxevo.agents import (
@@ -25,53 +26,26 @@ from eqxevo.nets import (
 )
 from eqxevo.testing import CheckFailed, check_env, check_policy
 
-# -- a small well-behaved environment and deliberately broken variants ---------------
-
-
-class Params(eqx.Module):
-    scale: jax.Array
-
-
-class State(eqx.Module):
-    position: jax.Array
-    time: jax.Array
-
-
-class GoodEnv(AbstractEnv):
-    obs_size: int = eqx.field(static=True, default=2)
-    action_size: int = eqx.field(static=True, default=2)
-
-    def default_params(self):
-        return Params(jnp.asarray(0.5, jnp.float32))
-
-    def reset(self, key, params):
-        position = jr.normal(key, (2,), jnp.float32) * params.scale
-        return position, State(position, jnp.zeros((), jnp.int32))
-
-    def step(self, key, state, action, params):
-        position = state.position + 0.1 * action + 0.01 * jr.normal(key, (2,))
-        reward = -jnp.sum(position * position)
-        new = State(position, state.time + 1)
-        return position, new, reward, new.time >= 10, {"time": new.time}
+# -- deliberately broken variants of a well-behaved environment and policy ----------
 
 
 COUNTER = [0]
 
 
-class GlobalCounterEnv(GoodEnv):
+class GlobalCounterEnv(CounterEnv):
     def step(self, key, state, action, params):
         COUNTER[0] += 1
         obs, new, reward, done, info = super().step(key, state, action, params)
         return obs + COUNTER[0], new, reward, done, info
 
 
-class PythonRandomEnv(GoodEnv):
+class PythonRandomEnv(CounterEnv):
     def step(self, key, state, action, params):
         obs, new, reward, done, info = super().step(key, state, action, params)
         return obs, new, reward + random.random(), done, info
 
 
-class CallbackRandomEnv(GoodEnv):
+class CallbackRandomEnv(CounterEnv):
     """Impure only at run time: the program is the same, its results are not."""
 
     def step(self, key, state, action, params):
@@ -82,100 +56,63 @@ class CallbackRandomEnv(GoodEnv):
 
 
 class GrowingState(eqx.Module):
-    position: jax.Array
+    time: jax.Array
     history: jax.Array
 
 
-class ShapeChangingEnv(GoodEnv):
+class ShapeChangingEnv(CounterEnv):
     def reset(self, key, params):
         obs, state = super().reset(key, params)
-        return obs, GrowingState(state.position, jnp.zeros((1,), jnp.float32))
+        return obs, GrowingState(state.time, jnp.zeros((1,), jnp.float32))
 
     def step(self, key, state, action, params):
-        position = state.position + 0.1 * action
-        history = jnp.concatenate([state.history, position[:1]])
-        new = GrowingState(position, history)
-        return position, new, jnp.zeros((), jnp.float32), jnp.bool_(False), {}
+        history = jnp.concatenate([state.history, action])
+        new = GrowingState(state.time + 1, history)
+        return jnp.zeros(2), new, jnp.zeros((), jnp.float32), jnp.bool_(False), {}
 
 
-class DtypeChangingEnv(GoodEnv):
+class DtypeChangingEnv(CounterEnv):
     def step(self, key, state, action, params):
         obs, new, reward, done, info = super().step(key, state, action, params)
-        return (
-            obs,
-            State(new.position, new.time.astype(jnp.float32)),
-            reward,
-            done,
-            info,
-        )
+        new = CounterState(new.time.astype(jnp.float32), new.noise)
+        return obs, new, reward, done, info
 
 
-class PythonIntStateEnv(GoodEnv):
+class PythonIntStateEnv(CounterEnv):
     def reset(self, key, params):
         obs, state = super().reset(key, params)
-        return obs, State(state.position, 0)
+        return obs, CounterState(0, state.noise)
 
 
-class NaNEnv(GoodEnv):
+class NaNEnv(CounterEnv):
     def step(self, key, state, action, params):
         obs, new, reward, done, info = super().step(key, state, action, params)
         return jnp.log(obs - 10.0), new, reward, done, info
 
 
-class PythonBranchEnv(GoodEnv):
+class PythonBranchEnv(CounterEnv):
     def step(self, key, state, action, params):
         if action[0] > 0:  # a Python branch on a traced value
             action = -action
         return super().step(key, state, action, params)
 
 
-class PythonFloatParamsEnv(GoodEnv):
+class PythonFloatParamsEnv(CounterEnv):
     def default_params(self):
-        return Params(0.5)  # a Python float leaf
+        return CounterParams(3.0)  # a Python float leaf
 
 
-class WrongObsEnv(GoodEnv):
+class WrongObsEnv(CounterEnv):
     obs_size: int = eqx.field(static=True, default=3)
-
-
-@pytest.mark.parametrize(
-    ("env", "words"),
-    [
-        (GlobalCounterEnv(), "impure"),
-        (PythonRandomEnv(), "impure"),
-        (CallbackRandomEnv(), "running it twice"),
-        (ShapeChangingEnv(), "history changed from float32[1] to float32[2]"),
-        (DtypeChangingEnv(), "time changed from int32[] to float32[]"),
-        (PythonIntStateEnv(), "must be a JAX array"),
-        (NaNEnv(), "non-finite"),
-        (PythonBranchEnv(), "not traceable"),
-        (PythonFloatParamsEnv(), "Python float"),
-        (WrongObsEnv(), "shape (3,)"),
-    ],
-    ids=lambda x: type(x).__name__ if isinstance(x, AbstractEnv) else "",
-)
-def test_check_env_catches_and_explains(env, words):
-    with pytest.raises(CheckFailed) as info:
-        check_env(env)
-    message = str(info.value)
-    assert words in message, message
-    assert isinstance(info.value, AssertionError)  # pytest reports it as a failure
-
-
-def test_check_env_passes_a_good_env():
-    check_env(GoodEnv())
-
-
-# -- policies ------------------------------------------------------------------------
 
 
 class GoodPolicy(AbstractPolicy):
     weight: jax.Array
     obs_size: int = eqx.field(static=True, default=2)
-    action_size: int = eqx.field(static=True, default=2)
+    action_size: int = eqx.field(static=True, default=1)
 
     def __init__(self):
-        self.weight = jnp.eye(2, dtype=jnp.float32)
+        self.weight = jnp.full((1, 2), 0.5, jnp.float32)
 
     def initial_state(self, key):
         return jnp.zeros((2,), jnp.float32)
@@ -214,24 +151,40 @@ class MismatchedPolicy(GoodPolicy):
 
 
 @pytest.mark.parametrize(
-    ("policy", "words"),
+    ("subject", "words"),
     [
-        (WrongActionPolicy(), "shape (2,)"),
+        (GlobalCounterEnv(), "impure"),
+        (PythonRandomEnv(), "impure"),
+        (CallbackRandomEnv(), "running it twice"),
+        (ShapeChangingEnv(), "history changed from float32[1] to float32[2]"),
+        (DtypeChangingEnv(), "time changed from int32[] to float32[]"),
+        (PythonIntStateEnv(), "must be a JAX array"),
+        (NaNEnv(), "non-finite"),
+        (PythonBranchEnv(), "not traceable"),
+        (PythonFloatParamsEnv(), "Python float"),
+        (WrongObsEnv(), "shape (3,)"),
+        (WrongActionPolicy(), "shape (1,)"),
         (OutOfRangePolicy(), "out of range"),
         (ImpurePolicy(), "impure"),
         (GrowingPolicy(), "lifetime state's type"),
         (MismatchedPolicy(), "obs_size is 5"),
     ],
-    ids=lambda x: type(x).__name__ if isinstance(x, AbstractPolicy) else "",
+    ids=lambda x: "" if isinstance(x, str) else type(x).__name__,
 )
-def test_check_policy_catches_and_explains(policy, words):
+def test_the_kit_catches_and_explains(subject, words):
     with pytest.raises(CheckFailed) as info:
-        check_policy(policy, GoodEnv())
-    assert words in str(info.value), str(info.value)
+        if isinstance(subject, AbstractEnv):
+            check_env(subject)
+        else:
+            check_policy(subject, CounterEnv())
+    message = str(info.value)
+    assert words in message, message
+    assert isinstance(info.value, AssertionError)  # pytest reports it as a failure
 
 
-def test_check_policy_passes_a_good_policy():
-    check_policy(GoodPolicy(), GoodEnv())
+def test_the_kit_passes_a_good_env_and_policy():
+    check_env(CounterEnv())
+    check_policy(GoodPolicy(), CounterEnv())
 
 
 # -- every environment and policy eqxevo ships passes ---------------------------------

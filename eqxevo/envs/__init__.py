@@ -1,12 +1,5 @@
-"""Environments behind one functional, gymnax-compatible protocol.
-
-- `Chemotaxis` (L0), `Foraging` (L2), `LongHorizon` (L4): the milestone arena
-  environments, with their params (`ChemotaxisParams`, ...), which extend
-  `AbstractParams` (every field declared with its default and range, checked at
-  construction and at reset; `eqxevo.envs.params`).
-- `GymnaxEnv`: any gymnax environment by name (needs the `rl` extra; imported on
-  first use).
-- Pictures of a recorded lifetime are drawn by `eqxevo.plots`.
+"""Environments behind one functional, gymnax-compatible protocol: the arena
+milestones L0, L2, L4 and any gymnax environment (`GymnaxEnv`, the `rl` extra).
 """
 
 from typing import Any
@@ -15,10 +8,7 @@ from .arena import (
     AbstractArenaEnv as AbstractArenaEnv,
     AbstractArenaParams as AbstractArenaParams,
 )
-from .base import (
-    AbstractEnv as AbstractEnv,
-    traced_param_checks as traced_param_checks,
-)
+from .base import AbstractEnv as AbstractEnv
 from .chemotaxis import (
     Chemotaxis as Chemotaxis,
     ChemotaxisParams as ChemotaxisParams,

@@ -1,31 +1,6 @@
 """The 2-D arena of the milestone environments (L0, L2, L4): body, sensors, fields.
 
-Every arena environment shares one body and one kind of field:
-
-- **Body**: a differential-drive vehicle at `position` (x, y) with `heading`
-  (radians, wrapped to [-pi, pi)). An action is two motor commands in [-1, 1]
-  (left, right), clipped; wheel speeds are `max_speed * command`. The body moves
-  `(v_left + v_right) / 2` forward along its new heading and turns by
-  `(v_right - v_left) / axle_length` radians per step. Walls clip the position
-  to the square `[-arena_half, arena_half]^2`.
-- **Sensors**: two, at `sensor_distance` from the body's centre, at
-  `heading + sensor_angle` (left) and `heading - sensor_angle` (right).
-- **Sensing**: logarithmic (Weber-Fechner): a sensor reading is
-  `log(max(value + sensor_noise * N(0, 1), detection_floor))`, so the
-  difference between the two sensors is the relative contrast of the field,
-  whatever its level, while additive noise drowns weak fields far from their
-  sources.
-- **Fields**: analytic, no grids: a field is a sum over its sources of
-  `amount * exp(-distance / length_scale)`, the radial profile of a substance
-  diffusing from a point source and decaying as it spreads. Evaluating a field at
-  a point costs one distance and one `exp` per source.
-
-An arena environment is an `AbstractArenaEnv`: on top of `AbstractEnv` it can
-evaluate its fields anywhere (for pictures) and tell where the body is, and its
-step is split into `sample_noise(key, params)` (every random draw of one step)
-and the deterministic `transition(state, action, params, noise)`, so a
-reference implementation can replay a step exactly. Its params extend
-`AbstractArenaParams`: the body, the sensors and the fields' length scale.
+See docs/environments.md ("The arena") for the model.
 """
 
 import abc
@@ -36,31 +11,59 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from .._types import Array, Float, PRNGKey
-from .base import AbstractEnv, EnvParams, EnvState, StepResult
+from .base import AbstractEnv, Action, EnvParams, EnvState, StepResult
 from .params import AbstractParams, non_negative, param, positive
 
 EnvNoise = Any
 """The random draws of one step (an Equinox module of arrays)."""
 
 Points = Float[Array, "n 2"]
+"""Points of the arena, one (x, y) per row."""
+
+
+class AbstractArenaParams(AbstractParams):
+    """The body, its sensors and the fields' profile: every arena env's params.
+
+    Arguments (keyword only; lengths in arena units, times in steps):
+        arena_half: half the side of the square arena.
+        max_speed: wheel speed at a motor command of 1, per step.
+        axle_length: distance between the wheels; sets the turning rate.
+        sensor_distance: the sensors' distance from the body's centre.
+        sensor_angle: the sensors' angle either side of the heading, radians.
+        length_scale: the fields' length scale.
+        sensor_noise: standard deviation of the additive noise on each sensor's
+            reading, before the log.
+        detection_floor: the lowest value a sensor reports.
+
+    Each field's default and range is declared below (`eqxevo.envs.params`).
+    """
+
+    arena_half: Float[Array, ""] = positive(1.0)
+    max_speed: Float[Array, ""] = positive(0.01)
+    axle_length: Float[Array, ""] = positive(0.05)
+    sensor_distance: Float[Array, ""] = non_negative(0.1)
+    sensor_angle: Float[Array, ""] = param(1.0, low=-math.pi, high=math.pi)
+    length_scale: Float[Array, ""] = positive(0.5)
+    sensor_noise: Float[Array, ""] = non_negative(0.005)
+    detection_floor: Float[Array, ""] = positive(1e-3)
 
 
 def drive(
     position: Float[Array, "2"],
     heading: Float[Array, ""],
-    action: Float[Array, " action"],
-    max_speed: Float[Array, ""],
-    axle_length: Float[Array, ""],
-    arena_half: Float[Array, ""],
+    action: Action,
+    params: AbstractArenaParams,
 ) -> tuple[Float[Array, "2"], Float[Array, ""]]:
     """Differential drive: motor commands (left, right) in [-1, 1] -> new pose."""
+    # Only the first two outputs drive: a policy may output more.
     command = jnp.clip(action[:2], -1.0, 1.0)
-    left = command[0] * max_speed
-    right = command[1] * max_speed
-    heading = wrap_angle(heading + (right - left) / axle_length)
+    left = command[0] * params.max_speed
+    right = command[1] * params.max_speed
+    # Turn first, then move along the new heading (one explicit Euler step).
+    heading = wrap_angle(heading + (right - left) / params.axle_length)
     speed = 0.5 * (left + right)
     step = speed * jnp.stack([jnp.cos(heading), jnp.sin(heading)])
-    position = jnp.clip(position + step, -arena_half, arena_half)
+    position = jnp.clip(position + step, -params.arena_half, params.arena_half)
     return position, heading
 
 
@@ -70,29 +73,28 @@ def wrap_angle(angle: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
 
 
 def sensor_points(
-    position: Float[Array, "2"],
-    heading: Float[Array, ""],
-    sensor_distance: Float[Array, ""],
-    sensor_angle: Float[Array, ""],
+    position: Float[Array, "2"], heading: Float[Array, ""], params: AbstractArenaParams
 ) -> Float[Array, "2 2"]:
     """Positions of the (left, right) sensors."""
-    angles = jnp.stack([heading + sensor_angle, heading - sensor_angle])
+    angle = params.sensor_angle
+    angles = jnp.stack([heading + angle, heading - angle])
     offsets = jnp.stack([jnp.cos(angles), jnp.sin(angles)], axis=-1)
-    return position + sensor_distance * offsets
+    return position + params.sensor_distance * offsets
 
 
 def log_sensor(
-    values: Float[Array, " n"],
-    noise: Float[Array, " n"],
-    sensor_noise: Float[Array, ""],
-    detection_floor: Float[Array, ""],
+    values: Float[Array, " n"], noise: Float[Array, " n"], params: AbstractArenaParams
 ) -> Float[Array, " n"]:
     """Log readings: `log(max(values + sensor_noise * noise, detection_floor))`."""
-    return jnp.log(jnp.maximum(values + sensor_noise * noise, detection_floor))
+    # Weber-Fechner: the difference of two readings is the field's relative
+    # contrast whatever its level, while additive noise drowns weak fields.
+    noisy = values + params.sensor_noise * noise
+    return jnp.log(jnp.maximum(noisy, params.detection_floor))
 
 
 def distances(points: Points, sources: Float[Array, "m 2"]) -> Float[Array, "n m"]:
     """Euclidean distance from every point to every source."""
+    # Broadcast to (n, m, 2): every point against every source at once.
     diff = points[:, None, :] - sources[None, :, :]
     return jnp.sqrt(jnp.sum(diff * diff, axis=-1))
 
@@ -113,6 +115,7 @@ def reflect(
     position: Float[Array, "2"], velocity: Float[Array, "2"], bound: Float[Array, ""]
 ) -> tuple[Float[Array, "2"], Float[Array, "2"]]:
     """Reflect a point moving with `velocity` off the walls of `[-bound, bound]^2`."""
+    # One reflection per wall suffices: a step is far shorter than the arena.
     above, below = position > bound, position < -bound
     position = jnp.where(above, 2 * bound - position, position)
     position = jnp.where(below, -2 * bound - position, position)
@@ -120,46 +123,17 @@ def reflect(
     return position, velocity
 
 
-def check_count(name: str, value: Any, minimum: int, why: str = "") -> int:
-    """`value` if it is a Python int >= `minimum`, else a `ValueError` naming it."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        because = f" ({why})" if why else ""
-        raise ValueError(f"{name} must be an int >= {minimum}{because}; got {value!r}")
-    return value
-
-
-class AbstractArenaParams(AbstractParams):
-    """The body, its sensors and the fields' profile: every arena env's params.
-
-    Arguments (keyword only; lengths in arena units, times in steps):
-        arena_half: half the side of the square arena.
-        max_speed: wheel speed at a motor command of 1, per step.
-        axle_length: distance between the wheels; sets the turning rate.
-        sensor_distance: the sensors' distance from the body's centre.
-        sensor_angle: the sensors' angle either side of the heading, radians.
-        length_scale: the fields' length scale.
-        sensor_noise: standard deviation of the additive noise on each sensor's
-            reading, before the log.
-        detection_floor: the lowest value a sensor reports.
-
-    Each field's default and range is declared below (see `eqxevo.envs.params`).
-    """
-
-    arena_half: Float[Array, ""] = positive(1.0)
-    max_speed: Float[Array, ""] = positive(0.01)
-    axle_length: Float[Array, ""] = positive(0.05)
-    sensor_distance: Float[Array, ""] = non_negative(0.1)
-    sensor_angle: Float[Array, ""] = param(1.0, low=-math.pi, high=math.pi)
-    length_scale: Float[Array, ""] = positive(0.5)
-    sensor_noise: Float[Array, ""] = non_negative(0.005)
-    detection_floor: Float[Array, ""] = positive(1e-3)
-
-
 class AbstractArenaState(eqx.Module):
     """An arena environment's state: where the body is, which way it faces."""
 
     position: Float[Array, "2"]
     heading: Float[Array, ""]
+
+
+class SensorNoise(eqx.Module):
+    """The random draws of a step that draws only sensor noise (standard normal)."""
+
+    sensor: Float[Array, " sensors"]
 
 
 class AbstractArenaEnv(AbstractEnv):
@@ -173,8 +147,8 @@ class AbstractArenaEnv(AbstractEnv):
     `transition(state, action, params, sample_noise(key, params))`.
 
     Every member takes `traced_param_checks` (keyword, default False): check
-    traced params in `reset` with `eqx.branched_error_if` (see
-    `eqxevo.envs.params`). Concrete params are always checked.
+    traced params in `reset` with `eqx.branched_error_if` (docs/environments.md,
+    "Params"). Concrete params are always checked.
     """
 
     field_names: eqx.AbstractVar[tuple[str, ...]]
@@ -213,21 +187,14 @@ class AbstractArenaEnv(AbstractEnv):
 
     @abc.abstractmethod
     def transition(
-        self,
-        state: EnvState,
-        action: Float[Array, " action"],
-        params: EnvParams,
-        noise: EnvNoise,
+        self, state: EnvState, action: Action, params: EnvParams, noise: EnvNoise
     ) -> StepResult:
         """The deterministic step given its random draws."""
 
     def step(
-        self,
-        key: PRNGKey,
-        state: EnvState,
-        action: Float[Array, " action"],
-        params: EnvParams,
+        self, key: PRNGKey, state: EnvState, action: Action, params: EnvParams
     ) -> StepResult:
+        # One home for the step's randomness, so a reference can replay it.
         return self.transition(state, action, params, self.sample_noise(key, params))
 
 
@@ -235,7 +202,7 @@ __all__ = [
     "AbstractArenaEnv",
     "AbstractArenaParams",
     "AbstractArenaState",
-    "check_count",
+    "SensorNoise",
     "distances",
     "drive",
     "exponential_field",

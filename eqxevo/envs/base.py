@@ -1,30 +1,6 @@
-"""The environment protocol: functional, gymnax-compatible.
+"""The environment protocol: functional and gymnax-compatible.
 
-    obs, state = env.reset(key, params)
-    obs, state, reward, done, info = env.step(key, state, action, params)
-
-Environments are Equinox modules holding only static configuration (sizes,
-number of steps per episode); everything that varies between experiments lives
-in `params`, a pytree. Variants (source placement, gradient length scale,
-noise, ...) are different params run by the same compiled program, and can be
-vmapped. Actions are float vectors of size `action_size` (policies output
-values in [-1, 1]); observations are float vectors of size `obs_size`.
-
-`step` never resets by itself: the rollout resets on `done`.
-
-What eqxevo relies on (and `eqxevo.testing.check_env` verifies):
-
-- `reset` and `step` are pure functions of their arguments: all randomness comes
-  from `key`, nothing is kept on the module or in globals.
-- `params` is a pytree whose leaves are arrays (a Python number would be a
-  compile-time constant: each variant would recompile, and vmap could not map
-  it). Stacking the leaves of several params gives a batch of variants.
-  eqxevo's own params extend `eqxevo.envs.params.AbstractParams`, which
-  declares each field's default and range and checks them.
-- The state is a pytree of arrays whose structure, shapes and dtypes never
-  change from `reset` through every `step` (it is a `lax.scan` carry).
-- `reward` is a float scalar, `done` a bool scalar, and `info` a dict of
-  scalar arrays (the rollout averages each entry over the lifetime).
+See docs/environments.md ("The environment protocol") for what eqxevo relies on.
 """
 
 import abc
@@ -35,28 +11,14 @@ import equinox as eqx
 from .._types import Array, Bool, Float, PRNGKey, Scalar
 
 EnvParams = Any
+"""An environment's params: a pytree of arrays (the variant a program runs)."""
 EnvState = Any
-StepResult = tuple[
-    Float[Array, " obs"], EnvState, Scalar, Bool[Array, ""], dict[str, Array]
-]
+"""An environment's state: a pytree of arrays whose type never changes."""
+Observation = Float[Array, " obs"]
+Action = Float[Array, " action"]
+"""What a policy outputs: `action_size` floats, conventionally in [-1, 1]."""
+StepResult = tuple[Observation, EnvState, Scalar, Bool[Array, ""], dict[str, Array]]
 """What `step` returns: `(obs, state, reward, done, info)`."""
-
-
-def traced_param_checks(enabled: bool = True) -> None:
-    """Removed: the switch is now the environment's `traced_param_checks` field.
-
-    It was a global flag read while tracing, so a program compiled with one
-    setting kept it whatever the flag said later. The switch is now static
-    configuration of the environment, part of what JAX compiles and caches on:
-    `Chemotaxis(traced_param_checks=True)`.
-    """
-    raise RuntimeError(
-        "eqxevo.envs.traced_param_checks() was removed: a global switch is not part "
-        "of JAX's compilation cache key, so compiled programs kept a stale setting. "
-        "Build the environment with the checks instead, e.g. "
-        f"Chemotaxis(traced_param_checks={enabled!r}) (env.options."
-        "traced_param_checks in a TOML experiment)."
-    )
 
 
 class AbstractEnv(eqx.Module):
@@ -70,17 +32,11 @@ class AbstractEnv(eqx.Module):
         """The environment's default parameters (a pytree)."""
 
     @abc.abstractmethod
-    def reset(
-        self, key: PRNGKey, params: EnvParams
-    ) -> tuple[Float[Array, " obs"], EnvState]:
+    def reset(self, key: PRNGKey, params: EnvParams) -> tuple[Observation, EnvState]:
         """Start an episode."""
 
     @abc.abstractmethod
     def step(
-        self,
-        key: PRNGKey,
-        state: EnvState,
-        action: Float[Array, " action"],
-        params: EnvParams,
+        self, key: PRNGKey, state: EnvState, action: Action, params: EnvParams
     ) -> StepResult:
-        """Advance one step: `(obs, state, reward, done, info)`."""
+        """Advance one step: `(obs, state, reward, done, info)`; never resets."""

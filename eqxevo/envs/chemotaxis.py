@@ -1,28 +1,6 @@
 """L0 chemotaxis: find a diffusing source by its gradient, and stay there.
 
-A differential-drive body (see `eqxevo.envs.arena`) starts at the centre of a
-square arena facing a random direction. A single source sits at a random
-distance in `[source_min_distance, source_max_distance]` and a random bearing;
-it releases a substance whose concentration is
-`C(p) = exp(-|p - source| / length_scale)`, 1 at the source. The source may
-drift slowly (constant speed, random direction, reflected by the walls).
-
-- **Observation** (2): the log-concentration at the left and right sensors,
-  `log(max(C + sensor_noise * N(0, 1), detection_floor))` (see
-  `eqxevo.envs.arena`): their difference is the relative contrast.
-- **Action** (2): left and right motor commands in [-1, 1].
-- **Reward** per step: `exp(-distance / reward_length)`, 1 at the source;
-  summed over the lifetime it rewards reaching the source early and staying
-  near it. The lifetime's mean reward is in [0, 1].
-- **Done** when the episode has run `episode_length` steps.
-
-Variants are params (`ChemotaxisParams(length_scale=0.3, drift_speed=0.002)`):
-source placement distribution (`source_min_distance`, `source_max_distance`),
-gradient length scale (`length_scale`), sensor noise (`sensor_noise`), slow
-source drift (`drift_speed`, arena units per step), and the body itself.
-
-Per step: the drive (one sin/cos pair), the source's reflection, three
-distances and three `exp` (body and two sensors), two Gaussian draws.
+See docs/environments.md ("L0: Chemotaxis") for the model and its variants.
 """
 
 import math
@@ -38,13 +16,14 @@ from .arena import (
     AbstractArenaParams,
     AbstractArenaState,
     Points,
+    SensorNoise,
     drive,
     exponential_field,
     log_sensor,
     reflect,
     sensor_points,
 )
-from .base import StepResult
+from .base import Action, Observation, StepResult
 from .params import count, non_negative, positive
 
 
@@ -83,18 +62,16 @@ class ChemotaxisState(AbstractArenaState):
     time: Int[Array, ""]
 
 
-class ChemotaxisNoise(eqx.Module):
-    """The random draws of one `Chemotaxis` step: standard normal sensor noise."""
-
-    sensor: Float[Array, "2"]
-
-
 class Chemotaxis(AbstractArenaEnv):
     """L0 chemotaxis: steer up a diffusing gradient to its source and stay there.
 
+    The concentration is `C(p) = exp(-|p - source| / length_scale)`; the reward
+    per step `exp(-distance / reward_length)`; the observation the log
+    concentration at the two sensors.
+
     Arguments:
         traced_param_checks: also check traced params in `reset` (see
-            `eqxevo.envs.params`; off by default).
+            docs/environments.md, "Params"; off by default).
 
     Example:
         >>> env = Chemotaxis()
@@ -111,30 +88,25 @@ class Chemotaxis(AbstractArenaEnv):
         return ChemotaxisParams()
 
     def _sense(
-        self,
-        position: Float[Array, "2"],
-        heading: Float[Array, ""],
-        source: Float[Array, "2"],
-        params: ChemotaxisParams,
-        noise: Float[Array, "2"],
+        self, state: ChemotaxisState, params: ChemotaxisParams, noise: Array
     ) -> Float[Array, "2"]:
-        sensors = sensor_points(
-            position, heading, params.sensor_distance, params.sensor_angle
-        )
+        sensors = sensor_points(state.position, state.heading, params)
         concentration = exponential_field(
-            sensors, source[None], jnp.ones((1,), jnp.float32), params.length_scale
+            sensors,
+            state.source[None],
+            jnp.ones((1,), jnp.float32),
+            params.length_scale,
         )
-        return log_sensor(
-            concentration, noise, params.sensor_noise, params.detection_floor
-        )
+        return log_sensor(concentration, noise, params)
 
     def reset(
         self, key: PRNGKey, params: ChemotaxisParams
-    ) -> tuple[Float[Array, " obs"], ChemotaxisState]:
+    ) -> tuple[Observation, ChemotaxisState]:
         # Few random draws (each costs threefry rounds): one uniform vector for
         # the layout, one normal vector for the sensors.
         layout_key, noise_key = jr.split(key)
         u = jr.uniform(layout_key, (4,), jnp.float32)
+        # The params are checked once per episode, riding on a value reset uses.
         heading = params.checked(
             2 * math.pi * u[0] - math.pi, traced=self.traced_param_checks
         )
@@ -152,28 +124,21 @@ class Chemotaxis(AbstractArenaEnv):
             time=jnp.zeros((), jnp.int32),
         )
         noise = jr.normal(noise_key, (2,), jnp.float32)
-        obs = self._sense(state.position, state.heading, state.source, params, noise)
-        return obs, state
+        return self._sense(state, params, noise), state
 
-    def sample_noise(self, key: PRNGKey, params: ChemotaxisParams) -> ChemotaxisNoise:
+    def sample_noise(self, key: PRNGKey, params: ChemotaxisParams) -> SensorNoise:
         del params
-        return ChemotaxisNoise(sensor=jr.normal(key, (2,), jnp.float32))
+        return SensorNoise(sensor=jr.normal(key, (2,), jnp.float32))
 
     def transition(
         self,
         state: ChemotaxisState,
-        action: Float[Array, " action"],
+        action: Action,
         params: ChemotaxisParams,
-        noise: ChemotaxisNoise,
+        noise: SensorNoise,
     ) -> StepResult:
-        position, heading = drive(
-            state.position,
-            state.heading,
-            action,
-            params.max_speed,
-            params.axle_length,
-            params.arena_half,
-        )
+        position, heading = drive(state.position, state.heading, action, params)
+        # The source drifts first; the body then senses where it now is.
         source, velocity = reflect(
             state.source + state.source_velocity,
             state.source_velocity,
@@ -183,14 +148,8 @@ class Chemotaxis(AbstractArenaEnv):
         offset = position - source
         distance = jnp.sqrt(jnp.sum(offset * offset))
         reward = jnp.exp(-distance / params.reward_length)
-        obs = self._sense(position, heading, source, params, noise.sensor)
-        new_state = ChemotaxisState(
-            position=position,
-            heading=heading,
-            source=source,
-            source_velocity=velocity,
-            time=time,
-        )
+        new_state = ChemotaxisState(position, heading, source, velocity, time)
+        obs = self._sense(new_state, params, noise.sensor)
         done = time >= params.episode_length
         return obs, new_state, reward, done, {"distance": distance}
 
@@ -206,4 +165,4 @@ class Chemotaxis(AbstractArenaEnv):
         return state.source[None, None]
 
 
-__all__ = ["Chemotaxis", "ChemotaxisNoise", "ChemotaxisParams", "ChemotaxisState"]
+__all__ = ["Chemotaxis", "ChemotaxisParams", "ChemotaxisState"]

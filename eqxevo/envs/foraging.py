@@ -1,55 +1,30 @@
 """L2 multi-resource foraging: keep every internal reserve in balance.
 
-A differential-drive body (see `eqxevo.envs.arena`) lives in a square arena
-with `num_resources` resource types, each in `patches_per_resource` patches
-placed uniformly at random. Every resource type has its own field,
-`F_k(p) = sum_j amount_kj * exp(-|p - patch_kj| / length_scale)`, and feeds its
-own internal reserve.
-
-- **Reserves** `r_k` in [0, 1] start at `initial_reserve` and deplete by
-  `metabolic_rate` per step. Being near a patch consumes from it:
-  `eaten_kj = eat_rate * amount_kj * exp(-(d_kj / eat_radius)^2)`; reserve k
-  gains `nutrition * sum_j eaten_kj` (clipped at 1). Consumption depletes the
-  patch, which regrows: `amount += regrowth_rate * (1 - amount)`.
-- **Homeostasis** `h = 1 - max_k |r_k - setpoint| / max(setpoint, 1 - setpoint)`
-  (clipped at 0) is 1 when every reserve sits at the setpoint and 0 when one is
-  empty or full: over-eating one resource is as bad as starving of another.
-- **Reward** per step: `h`; when any reserve is empty the body dies: reward
-  `-death_penalty` and `done`. Summed over a lifetime it rewards survival time
-  and balance (the rollout resets the world after a death).
-- **Observation** (`3 * num_resources`): for each resource k the log reading
-  of its field at the left and right sensors (`log(max(F + sensor_noise *
-  N(0, 1), detection_floor))`, see `eqxevo.envs.arena`), in order
-  `[F_0 left, F_0 right, F_1 left, F_1 right, ...]`, then every reserve
-  relative to the setpoint, `r_k - setpoint`.
-- **Action** (2): left and right motor commands in [-1, 1].
-- **Done** on death or after `episode_length` steps.
-
-Variants are params (`ForagingParams(regrowth_rate=0.001, metabolic_rate=...)`).
-Per step: `3 * K * M` distances and `exp` (two sensors and the body against
-every patch), `2 K` Gaussian draws; K = 2, M = 3 by default.
+See docs/environments.md ("L2: Foraging") for the model and its variants.
 """
 
+import abc
 import math
 
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 
+from .._checks import int_at_least, positive_int
 from .._types import Array, Float, Int, PRNGKey
 from .arena import (
     AbstractArenaEnv,
     AbstractArenaParams,
     AbstractArenaState,
     Points,
-    check_count,
+    SensorNoise,
     distances,
     drive,
     exponential_field,
     log_sensor,
     sensor_points,
 )
-from .base import StepResult
+from .base import Action, EnvParams, EnvState, Observation, StepResult
 from .params import count, fraction, non_negative, param, positive
 
 
@@ -96,94 +71,56 @@ class ForagingParams(AbstractFeedingParams):
     episode_length: Int[Array, ""] = count(5000)
 
 
-def consume(
-    position: Float[Array, "2"],
-    patches: Float[Array, "k m 2"],
-    amounts: Float[Array, "k m"],
-    eat_radius: Float[Array, ""],
-    eat_rate: Float[Array, ""],
-    regrowth_rate: Float[Array, ""],
-) -> tuple[Float[Array, " k"], Float[Array, "k m"]]:
-    """Eat from nearby patches, then regrow them: `(intake per resource, amounts)`."""
-    offset = patches - position
-    squared = jnp.sum(offset * offset, axis=-1) / (eat_radius * eat_radius)
-    eaten = eat_rate * amounts * jnp.exp(-squared)
-    amounts = amounts - eaten
-    amounts = amounts + regrowth_rate * (1.0 - amounts)
-    return jnp.sum(eaten, axis=-1), amounts
+class AbstractFeedingState(AbstractArenaState):
+    """An arena state with resource patches: what `move_and_eat` reads."""
+
+    patches: eqx.AbstractVar[Float[Array, "k m 2"]]
+    amounts: eqx.AbstractVar[Float[Array, "k m"]]
 
 
 def move_and_eat(
-    position: Float[Array, "2"],
-    heading: Float[Array, ""],
-    patches: Float[Array, "k m 2"],
-    amounts: Float[Array, "k m"],
-    action: Float[Array, " action"],
-    params: AbstractFeedingParams,
+    state: AbstractFeedingState, action: Action, params: AbstractFeedingParams
 ) -> tuple[
     Float[Array, "2"], Float[Array, ""], Float[Array, " k"], Float[Array, "k m"]
 ]:
-    """Drive, then eat at the new position: `(position, heading, intake, amounts)`."""
-    position, heading = drive(
-        position,
-        heading,
-        action,
-        params.max_speed,
-        params.axle_length,
-        params.arena_half,
-    )
-    intake, amounts = consume(
-        position,
-        patches,
-        amounts,
-        params.eat_radius,
-        params.eat_rate,
-        params.regrowth_rate,
-    )
-    return position, heading, intake, amounts
+    """Drive, then eat from the patches near the new position, which then regrow.
 
-
-def patch_fields(
-    points: Points,
-    patches: Float[Array, "k m 2"],
-    amounts: Float[Array, "k m"],
-    length_scale: Float[Array, ""],
-) -> Float[Array, "n k"]:
-    """Every resource's field at `points` (noise-free)."""
-    return jnp.stack(
-        [
-            exponential_field(points, patches[k], amounts[k], length_scale)
-            for k in range(patches.shape[0])
-        ],
-        axis=-1,
-    )
+    Returns:
+        `(position, heading, intake per resource, amounts)`.
+    """
+    position, heading = drive(state.position, state.heading, action, params)
+    # A Gaussian bite around each patch: eat_rate of it at its centre.
+    offset = state.patches - position
+    radius = params.eat_radius
+    squared = jnp.sum(offset * offset, axis=-1) / (radius * radius)
+    eaten = params.eat_rate * state.amounts * jnp.exp(-squared)
+    amounts = state.amounts - eaten
+    amounts = amounts + params.regrowth_rate * (1.0 - amounts)
+    return position, heading, jnp.sum(eaten, axis=-1), amounts
 
 
 def homeostasis(
     reserves: Float[Array, " k"], setpoint: Float[Array, ""]
 ) -> Float[Array, ""]:
     """1 with every reserve at the setpoint, 0 with one empty or full."""
+    # Scaled by the larger distance to a bound, so the worst reserve (empty or
+    # full) scores exactly 0 whatever the setpoint.
     scale = jnp.maximum(setpoint, 1.0 - setpoint)
     return jnp.maximum(1.0 - jnp.max(jnp.abs(reserves - setpoint)) / scale, 0.0)
 
 
 def sense_fields(
-    position: Float[Array, "2"],
-    heading: Float[Array, ""],
-    patches: Float[Array, "k m 2"],
-    amounts: Float[Array, "k m"],
+    state: AbstractFeedingState,
     params: AbstractFeedingParams,
     noise: Float[Array, " k2"],
 ) -> Float[Array, " k2"]:
     """Log readings of every field at the two sensors: `[F_0 l, F_0 r, ...]`."""
-    sensors = sensor_points(
-        position, heading, params.sensor_distance, params.sensor_angle
-    )
+    sensors = sensor_points(state.position, state.heading, params)
+    patches, amounts = state.patches, state.amounts
+    # Both sensors against every patch of every type in one (2, k * m) block.
     d = distances(sensors, patches.reshape(-1, 2)).reshape(2, *amounts.shape)
     values = jnp.sum(amounts * jnp.exp(-d / params.length_scale), axis=-1)  # (2, k)
-    return log_sensor(
-        values.T.reshape(-1), noise, params.sensor_noise, params.detection_floor
-    )
+    return log_sensor(values.T.reshape(-1), noise, params)
 
 
 def layout(
@@ -195,6 +132,7 @@ def layout(
     positions uniform in `[-s, s]^2` (`s = patch_spread * arena_half`) and a
     uniform [0, 1) number.
     """
+    # One draw for the whole layout: every draw costs threefry rounds.
     size = shape[0] * shape[1] * 2
     u = jr.uniform(key, (size + 2,), jnp.float32)
     spread = params.patch_spread * params.arena_half
@@ -202,7 +140,7 @@ def layout(
     return 2 * math.pi * u[size] - math.pi, patches, u[size + 1]
 
 
-class ForagingState(AbstractArenaState):
+class ForagingState(AbstractFeedingState):
     """State of `Foraging`."""
 
     reserves: Float[Array, " k"]
@@ -211,20 +149,43 @@ class ForagingState(AbstractArenaState):
     time: Int[Array, ""]
 
 
-class ForagingNoise(eqx.Module):
-    """The random draws of one `Foraging` step: standard normal sensor noise."""
+class AbstractFeedingEnv(AbstractArenaEnv):
+    """An arena of resource patches, one field per resource type: what `Foraging`
+    and `LongHorizon` share."""
 
-    sensor: Float[Array, " k2"]
+    def fields(
+        self, state: AbstractFeedingState, params: AbstractFeedingParams, points: Points
+    ) -> Float[Array, "n k"]:
+        # One field per resource type, each a sum over that type's patches.
+        per_type = [
+            exponential_field(points, patches, amounts, params.length_scale)
+            for patches, amounts in zip(state.patches, state.amounts, strict=True)
+        ]
+        return jnp.stack(per_type, axis=-1)
+
+    def observe(
+        self, state: AbstractFeedingState, params: AbstractFeedingParams, noise: Array
+    ) -> Observation:
+        """Every field's log reading at both sensors, then what `internal` says."""
+        fields = sense_fields(state, params, noise)
+        return jnp.concatenate([fields, self.internal(state, params)])
+
+    @abc.abstractmethod
+    def internal(self, state: EnvState, params: EnvParams) -> Float[Array, " internal"]:
+        """What the body senses of itself (reserves, energy, taste)."""
+
+    def landmarks(self, state: AbstractFeedingState) -> Float[Array, "k m 2"]:
+        return state.patches
 
 
-class Foraging(AbstractArenaEnv):
+class Foraging(AbstractFeedingEnv):
     """L2 multi-resource foraging: balance `num_resources` reserves to survive.
 
     Arguments:
         num_resources: resource types, each with its own field and reserve (>= 2).
         patches_per_resource: patches of each type (>= 1).
         traced_param_checks: also check traced params in `reset` (see
-            `eqxevo.envs.params`; off by default).
+            docs/environments.md, "Params"; off by default).
 
     Example:
         >>> env = Foraging(num_resources=2, patches_per_resource=3)
@@ -244,11 +205,10 @@ class Foraging(AbstractArenaEnv):
         *,
         traced_param_checks: bool = False,
     ):
-        self.num_resources = check_count(
-            "num_resources", num_resources, 2, "a multi-resource task"
-        )
-        self.patches_per_resource = check_count(
-            "patches_per_resource", patches_per_resource, 1
+        # Two resources at least: one alone would be a chemotaxis task.
+        self.num_resources = int_at_least("num_resources", num_resources, 2)
+        self.patches_per_resource = positive_int(
+            "patches_per_resource", patches_per_resource
         )
         self.traced_param_checks = traced_param_checks
         self.obs_size = 3 * num_resources
@@ -258,25 +218,18 @@ class Foraging(AbstractArenaEnv):
     def default_params(self) -> ForagingParams:
         return ForagingParams()
 
-    def _observe(
-        self, state: ForagingState, params: ForagingParams, noise: Array
-    ) -> Float[Array, " obs"]:
-        fields = sense_fields(
-            state.position,
-            state.heading,
-            state.patches,
-            state.amounts,
-            params,
-            noise,
-        )
-        return jnp.concatenate([fields, state.reserves - params.setpoint])
+    def internal(
+        self, state: ForagingState, params: ForagingParams
+    ) -> Float[Array, " k"]:
+        return state.reserves - params.setpoint
 
     def reset(
         self, key: PRNGKey, params: ForagingParams
-    ) -> tuple[Float[Array, " obs"], ForagingState]:
+    ) -> tuple[Observation, ForagingState]:
         layout_key, noise_key = jr.split(key)
         shape = (self.num_resources, self.patches_per_resource)
         heading, patches, _ = layout(layout_key, shape, params)
+        # The params are checked once per episode, riding on a value reset uses.
         heading = params.checked(heading, traced=self.traced_param_checks)
         state = ForagingState(
             position=jnp.zeros((2,), jnp.float32),
@@ -287,24 +240,22 @@ class Foraging(AbstractArenaEnv):
             time=jnp.zeros((), jnp.int32),
         )
         noise = jr.normal(noise_key, (2 * self.num_resources,), jnp.float32)
-        return self._observe(state, params, noise), state
+        return self.observe(state, params, noise), state
 
-    def sample_noise(self, key: PRNGKey, params: ForagingParams) -> ForagingNoise:
+    def sample_noise(self, key: PRNGKey, params: ForagingParams) -> SensorNoise:
         del params
-        return ForagingNoise(
+        return SensorNoise(
             sensor=jr.normal(key, (2 * self.num_resources,), jnp.float32)
         )
 
     def transition(
         self,
         state: ForagingState,
-        action: Float[Array, " action"],
+        action: Action,
         params: ForagingParams,
-        noise: ForagingNoise,
+        noise: SensorNoise,
     ) -> StepResult:
-        position, heading, intake, amounts = move_and_eat(
-            state.position, state.heading, state.patches, state.amounts, action, params
-        )
+        position, heading, intake, amounts = move_and_eat(state, action, params)
         reserves = jnp.clip(
             state.reserves + params.nutrition * intake - params.metabolic_rate,
             0.0,
@@ -314,37 +265,24 @@ class Foraging(AbstractArenaEnv):
         dead = jnp.any(reserves <= 0.0)
         balance = homeostasis(reserves, params.setpoint)
         reward = jnp.where(dead, -params.death_penalty, balance)
-        new_state = ForagingState(
-            position=position,
-            heading=heading,
-            reserves=reserves,
-            patches=state.patches,
-            amounts=amounts,
-            time=time,
-        )
-        obs = self._observe(new_state, params, noise.sensor)
+        # Patches stay where they are; only their amounts deplete and regrow.
+        patches = state.patches
+        new_state = ForagingState(position, heading, reserves, patches, amounts, time)
+        obs = self.observe(new_state, params, noise.sensor)
         done = dead | (time >= params.episode_length)
         info = {"homeostasis": balance, "died": dead, "intake": jnp.sum(intake)}
         return obs, new_state, reward, done, info
 
-    def fields(
-        self, state: ForagingState, params: ForagingParams, points: Points
-    ) -> Float[Array, "n k"]:
-        return patch_fields(points, state.patches, state.amounts, params.length_scale)
-
-    def landmarks(self, state: ForagingState) -> Float[Array, "k m 2"]:
-        return state.patches
-
 
 __all__ = [
+    "AbstractFeedingEnv",
+    "AbstractFeedingParams",
+    "AbstractFeedingState",
     "Foraging",
-    "ForagingNoise",
     "ForagingParams",
     "ForagingState",
-    "consume",
     "homeostasis",
     "layout",
     "move_and_eat",
-    "patch_fields",
     "sense_fields",
 ]

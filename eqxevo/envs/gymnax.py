@@ -1,35 +1,7 @@
 """Any gymnax environment behind eqxevo's `AbstractEnv` (the `rl` extra).
 
-    env = GymnaxEnv("CartPole-v1")
-    policy = MLPPolicy(env.obs_size, env.action_size, key=key)
-    fitness, summary = eqxevo.rollout(key, policy, env, env.default_params(), 500,
-                                      reset_on_done=False)
-
-What the adapter does:
-
-- **Observations** are flattened to a float32 vector of size `obs_size`. With
-  `normalize_obs=True`, every dimension with finite bounds in the observation
-  space is mapped from `[low, high]` onto [-1, 1] (a fixed affine map, the same
-  in every episode; dimensions gymnax leaves unbounded, or bounds by a float's
-  largest value, pass through). MountainCarContinuous's velocity spans +-0.07:
-  unscaled, a network needs weights of ~100 to react to it.
-- **Actions**: a policy outputs `action_size` floats (conventionally in
-  [-1, 1]). For a `Discrete(n)` action space `action_size = n` and the action
-  is the argmax (the floats are logits or scores). For a `Box` space the floats
-  are mapped from [-1, 1] onto `[low, high]` (clipped; dimensions with an
-  infinite bound pass through unscaled).
-- **Steps** call gymnax's `step_env` (no auto-reset: eqxevo's rollout resets)
-  and `done = terminated | truncated` (gymnax's time limit,
-  `max_steps_in_episode`). `info` holds `terminated`, `truncated` and gymnax's
-  scalar info entries, as float32.
-- **Params**: gymnax's params pytree with every Python number turned into a
-  strongly typed array, so variants vmap and a new value does not recompile.
-- **State**: gymnax's state with its leaves strongly typed (gymnax resets some
-  counters to Python ints), so the state's type never changes between steps.
-- gymnax is traced under JAX's standard dtype promotion (it is not written for
-  the strict mode eqxevo's tests use).
-
-gymnax is an optional dependency: `pip install "eqxevo[rl]"`.
+See docs/environments.md ("gymnax environments") for how observations, actions,
+params and states are adapted.
 """
 
 import functools
@@ -42,8 +14,8 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from .._types import Array, Bool, Float, PRNGKey, Scalar
-from .base import AbstractEnv
+from .._types import Array, PRNGKey
+from .base import AbstractEnv, Action, Observation, StepResult
 
 try:
     import gymnax
@@ -72,6 +44,7 @@ def _strong(tree: Any) -> Any:
     """Every numeric leaf as a strongly typed array (Python numbers included)."""
 
     def convert(x: Any) -> Any:
+        # asarray twice: the second, with an explicit dtype, drops weak types.
         if isinstance(x, bool | int | float | np.ndarray | np.generic | jax.Array):
             array = jnp.asarray(x)
             return jnp.asarray(array, array.dtype)
@@ -106,15 +79,6 @@ def _obs_affine(space: Any, size: int) -> tuple[tuple[float, ...], tuple[float, 
     return tuple(float(x) for x in center), tuple(float(x) for x in scale)
 
 
-def _standard_promotion(fn: Any) -> Any:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with jax.numpy_dtype_promotion("standard"):
-            return fn(*args, **kwargs)
-
-    return wrapper
-
-
 class GymnaxEnv(AbstractEnv):
     """A gymnax environment, by name, as an eqxevo `AbstractEnv`.
 
@@ -145,6 +109,8 @@ class GymnaxEnv(AbstractEnv):
             raise TypeError(f"name must be a gymnax environment name; got {name!r}")
         if not isinstance(normalize_obs, bool):
             raise TypeError(f"normalize_obs must be a bool; got {normalize_obs!r}")
+        # Spaces, bounds and the normalisation are read once, as static Python
+        # values: the compiled step holds them as constants.
         env, params = _make(name)
         self.name = name
         obs_space = env.observation_space(params)
@@ -156,6 +122,7 @@ class GymnaxEnv(AbstractEnv):
         self.action_shape = tuple(int(n) for n in space.shape)
         self.action_dtype = np.dtype(space.dtype).name
         if isinstance(space, gymnax_spaces.Discrete):
+            # One score per action; the argmax picks (see to_gymnax_action).
             self.discrete = True
             self.action_size = int(space.n)
             self.low = self.high = ()
@@ -181,7 +148,9 @@ class GymnaxEnv(AbstractEnv):
     def default_params(self) -> Any:
         return _strong(_make(self.name)[1])
 
-    def _observe(self, obs: Array) -> Float[Array, " obs"]:
+    def to_observation(self, obs: Array) -> Observation:
+        """gymnax's observation as eqxevo's: flat float32, bounded dimensions
+        mapped onto [-1, 1] with `normalize_obs`."""
         flat = jnp.ravel(obs).astype(jnp.float32)
         if not self.normalize_obs:
             return flat
@@ -189,7 +158,10 @@ class GymnaxEnv(AbstractEnv):
         scale = np.asarray(self.obs_scale, np.float32)
         return (flat - center) * scale
 
-    def _action(self, action: Float[Array, " action"]) -> Array:
+    def to_gymnax_action(self, action: Action) -> Array:
+        """A policy's action as gymnax's: the argmax for a `Discrete` space, the
+        unit interval mapped onto the bounds for a `Box` (infinite bounds pass
+        through)."""
         if self.discrete:
             return jnp.argmax(action).astype(self.action_dtype)
         low = np.asarray(self.low, np.float32)
@@ -202,42 +174,38 @@ class GymnaxEnv(AbstractEnv):
         out = jnp.where(jnp.asarray(finite), scaled, action)
         return out.reshape(self.action_shape).astype(self.action_dtype)
 
-    @_standard_promotion
-    def reset(self, key: PRNGKey, params: Any) -> tuple[Float[Array, " obs"], Any]:
-        obs, state = self.gymnax_env.reset_env(key, params)
-        return self._observe(obs), _strong(state)
+    def reset(self, key: PRNGKey, params: Any) -> tuple[Observation, Any]:
+        # gymnax is not written for the strict promotion eqxevo's tests use.
+        with jax.numpy_dtype_promotion("standard"):
+            obs, state = self.gymnax_env.reset_env(key, params)
+            return self.to_observation(obs), _strong(state)
 
-    @_standard_promotion
-    def step(
-        self,
-        key: PRNGKey,
-        state: Any,
-        action: Float[Array, " action"],
-        params: Any,
-    ) -> tuple[Float[Array, " obs"], Any, Scalar, Bool[Array, ""], dict[str, Array]]:
+    def step(self, key: PRNGKey, state: Any, action: Action, params: Any) -> StepResult:
         env = self.gymnax_env
-        obs, state, reward, terminated, info = env.step_env(
-            key, state, self._action(action), params
-        )
-        terminated = jnp.asarray(terminated, jnp.bool_)
-        truncated = jnp.asarray(env.is_truncated(state, params), jnp.bool_)
-        extra = {
-            f"{k}": jnp.asarray(v, jnp.float32)
-            for k, v in info.items()
-            if isinstance(k, str) and jnp.ndim(v) == 0
-        }
-        info = {
-            **extra,
-            "terminated": terminated.astype(jnp.float32),
-            "truncated": truncated.astype(jnp.float32),
-        }
-        return (
-            self._observe(obs),
-            _strong(state),
-            jnp.asarray(reward, jnp.float32),
-            terminated | truncated,
-            info,
-        )
+        with jax.numpy_dtype_promotion("standard"):
+            # step_env, not step: eqxevo's rollout resets, gymnax must not.
+            obs, state, reward, terminated, info = env.step_env(
+                key, state, self.to_gymnax_action(action), params
+            )
+            terminated = jnp.asarray(terminated, jnp.bool_)
+            truncated = jnp.asarray(env.is_truncated(state, params), jnp.bool_)
+            extra = {
+                f"{k}": jnp.asarray(v, jnp.float32)
+                for k, v in info.items()
+                if isinstance(k, str) and jnp.ndim(v) == 0
+            }
+            info = {
+                **extra,
+                "terminated": terminated.astype(jnp.float32),
+                "truncated": truncated.astype(jnp.float32),
+            }
+            return (
+                self.to_observation(obs),
+                _strong(state),
+                jnp.asarray(reward, jnp.float32),
+                terminated | truncated,
+                info,
+            )
 
 
 __all__ = ["GymnaxEnv"]

@@ -1,31 +1,6 @@
 """L4 long horizon: a lifetime of seasons whose rules change, so learning pays.
 
-The arena, body, fields and feeding are those of L2 (`eqxevo.envs.foraging`)
-with two resource types, A and B, and one energy reserve. In every season one
-type nourishes (`energy += nutrition * eaten`) and the other harms
-(`energy -= toxicity * eaten`); which is which is drawn at birth and, at every
-season boundary (every `season_length` steps), swaps with probability
-`swap_prob`; each patch also relocates (to a fresh, full patch at a uniform
-position) with probability `relocate_prob`. Nothing in the observation says
-which type nourishes: the agent finds out by tasting, so a policy that learns
-within its lifetime (plasticity, memory) beats any fixed reflex, which is
-right in some seasons and poisoned in the others.
-
-- **Observation** (6): log readings of fields A and B at the left and right
-  sensors (as in L2), `[A l, A r, B l, B r]`; energy relative to the setpoint; and
-  the taste of the step, `clip(taste_gain * net energy gained from eating, -1,
-  1)` (positive: nourishing, negative: harmful).
-- **Action** (2): left and right motor commands in [-1, 1].
-- **Reward** per step: the homeostasis of the energy reserve (1 at the setpoint,
-  0 empty or full); when energy empties the body dies: reward `-death_penalty`,
-  and it is reborn at a random place with `initial_energy`. The world, its
-  seasons and its clock carry on: a death is a cost, never a way to reset the
-  rules. The lifetime's fitness is the total reward.
-- **Done** only after `episode_length` steps (by default 20,000: the whole
-  lifetime).
-
-Per step: as L2 with K = 2, plus one uniform vector of `6 M + 4` draws (season
-swap, relocations, rebirth) and four Gaussian draws.
+See docs/environments.md ("L4: LongHorizon") for the model.
 """
 
 import math
@@ -34,20 +9,21 @@ import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 
+from .._checks import positive_int
 from .._types import Array, Float, Int, PRNGKey
-from .arena import AbstractArenaEnv, AbstractArenaState, Points, check_count
-from .base import StepResult
+from .base import Action, Observation, StepResult
 from .foraging import (
+    AbstractFeedingEnv,
     AbstractFeedingParams,
+    AbstractFeedingState,
     homeostasis,
     layout,
     move_and_eat,
-    patch_fields,
-    sense_fields,
 )
 from .params import count, fraction, non_negative, param
 
 NUM_RESOURCES = 2
+"""Two resource types, A and B: in every season one nourishes, the other harms."""
 
 
 class LongHorizonParams(AbstractFeedingParams):
@@ -75,7 +51,7 @@ class LongHorizonParams(AbstractFeedingParams):
     episode_length: Int[Array, ""] = count(20000)
 
 
-class LongHorizonState(AbstractArenaState):
+class LongHorizonState(AbstractFeedingState):
     """State of `LongHorizon`.
 
     Attributes:
@@ -112,13 +88,16 @@ class LongHorizonNoise(eqx.Module):
     rebirth: Float[Array, "3"]
 
 
-class LongHorizon(AbstractArenaEnv):
+class LongHorizon(AbstractFeedingEnv):
     """L4 long horizon: which of two resources nourishes changes with the seasons.
+
+    Nothing in the observation says which type nourishes: the agent finds out by
+    tasting, so a policy that learns within its lifetime beats any fixed reflex.
 
     Arguments:
         patches_per_resource: patches of each of the two types (>= 1).
         traced_param_checks: also check traced params in `reset` (see
-            `eqxevo.envs.params`; off by default).
+            docs/environments.md, "Params"; off by default).
 
     Example:
         >>> env = LongHorizon()
@@ -127,39 +106,36 @@ class LongHorizon(AbstractArenaEnv):
     """
 
     patches_per_resource: int = eqx.field(static=True)
-    obs_size: int = eqx.field(static=True)
-    action_size: int = eqx.field(static=True)
-    field_names: tuple[str, ...] = eqx.field(static=True)
+    # Fields A and B at both sensors, energy, taste.
+    obs_size: int = eqx.field(static=True, default=2 * NUM_RESOURCES + 2)
+    action_size: int = eqx.field(static=True, default=2)
+    field_names: tuple[str, ...] = eqx.field(
+        static=True, default=("resource A", "resource B")
+    )
 
     def __init__(
         self, patches_per_resource: int = 3, *, traced_param_checks: bool = False
     ):
-        self.patches_per_resource = check_count(
-            "patches_per_resource", patches_per_resource, 1
+        self.patches_per_resource = positive_int(
+            "patches_per_resource", patches_per_resource
         )
         self.traced_param_checks = traced_param_checks
-        self.obs_size = 2 * NUM_RESOURCES + 2
-        self.action_size = 2
-        self.field_names = ("resource A", "resource B")
 
     def default_params(self) -> LongHorizonParams:
         return LongHorizonParams()
 
-    def _observe(
-        self, state: LongHorizonState, params: LongHorizonParams, noise: Array
-    ) -> Float[Array, " obs"]:
-        fields = sense_fields(
-            state.position, state.heading, state.patches, state.amounts, params, noise
-        )
-        internal = jnp.stack([state.energy - params.setpoint, state.taste])
-        return jnp.concatenate([fields, internal])
+    def internal(
+        self, state: LongHorizonState, params: LongHorizonParams
+    ) -> Float[Array, "2"]:
+        return jnp.stack([state.energy - params.setpoint, state.taste])
 
     def reset(
         self, key: PRNGKey, params: LongHorizonParams
-    ) -> tuple[Float[Array, " obs"], LongHorizonState]:
+    ) -> tuple[Observation, LongHorizonState]:
         layout_key, noise_key = jr.split(key)
         shape = (NUM_RESOURCES, self.patches_per_resource)
         heading, patches, coin = layout(layout_key, shape, params)
+        # The params are checked once per episode, riding on a value reset uses.
         heading = params.checked(heading, traced=self.traced_param_checks)
         state = LongHorizonState(
             position=jnp.zeros((2,), jnp.float32),
@@ -167,15 +143,18 @@ class LongHorizon(AbstractArenaEnv):
             energy=params.initial_energy,
             patches=patches,
             amounts=jnp.ones(shape, jnp.float32),
-            good=(coin < 0.5).astype(jnp.int32),
+            good=(coin < 0.5).astype(jnp.int32),  # a fair coin: A or B first
             taste=jnp.zeros((), jnp.float32),
             time=jnp.zeros((), jnp.int32),
         )
         noise = jr.normal(noise_key, (2 * NUM_RESOURCES,), jnp.float32)
-        return self._observe(state, params, noise), state
+        return self.observe(state, params, noise), state
 
     def sample_noise(self, key: PRNGKey, params: LongHorizonParams) -> LongHorizonNoise:
         del params
+        # Every step draws what a season boundary or a death might need, used or
+        # not: the draws cannot depend on the state, and one uniform vector
+        # costs fewer threefry rounds than one draw per use.
         m = self.patches_per_resource
         normal_key, uniform_key = jr.split(key)
         u = jr.uniform(uniform_key, (1 + 2 * m + 4 * m + 3,), jnp.float32)
@@ -190,13 +169,12 @@ class LongHorizon(AbstractArenaEnv):
     def transition(
         self,
         state: LongHorizonState,
-        action: Float[Array, " action"],
+        action: Action,
         params: LongHorizonParams,
         noise: LongHorizonNoise,
     ) -> StepResult:
-        position, heading, intake, amounts = move_and_eat(
-            state.position, state.heading, state.patches, state.amounts, action, params
-        )
+        position, heading, intake, amounts = move_and_eat(state, action, params)
+        # Roles are applied to what was eaten under this step's season.
         good_is_a = state.good == 0
         nourishing = jnp.where(good_is_a, intake[0], intake[1])
         harmful = jnp.where(good_is_a, intake[1], intake[0])
@@ -223,16 +201,9 @@ class LongHorizon(AbstractArenaEnv):
         energy = jnp.where(dead, params.initial_energy, energy)
 
         new_state = LongHorizonState(
-            position=position,
-            heading=heading,
-            energy=energy,
-            patches=patches,
-            amounts=amounts,
-            good=good,
-            taste=taste,
-            time=time,
+            position, heading, energy, patches, amounts, good, taste, time
         )
-        obs = self._observe(new_state, params, noise.sensor)
+        obs = self.observe(new_state, params, noise.sensor)
         done = time >= params.episode_length
         info = {
             "homeostasis": balance,
@@ -242,20 +213,12 @@ class LongHorizon(AbstractArenaEnv):
         }
         return obs, new_state, reward, done, info
 
-    def fields(
-        self, state: LongHorizonState, params: LongHorizonParams, points: Points
-    ) -> Float[Array, "n 2"]:
-        return patch_fields(points, state.patches, state.amounts, params.length_scale)
-
     def field_labels(self, state: LongHorizonState) -> tuple[str, ...]:
-        good = int(state.good)
+        good = int(state.good)  # concrete: called for a picture, not under jit
         return tuple(
             f"{name} ({'nourishing' if k == good else 'harmful'})"
             for k, name in enumerate(self.field_names)
         )
-
-    def landmarks(self, state: LongHorizonState) -> Float[Array, "k m 2"]:
-        return state.patches
 
 
 __all__ = [

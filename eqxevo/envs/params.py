@@ -1,34 +1,6 @@
 """Environment params: scalar arrays declared with their default and range.
 
-Params are what varies between experiments (gradient length scale, noise,
-rates, episode length): an Equinox module whose every field is a float32 or
-int32 scalar array, so variants are traced (a new value does not recompile) and
-stack and vmap. A params class declares each field once, with its default and
-allowed range, and the same checks run wherever params meet eqxevo:
-
-    class MyParams(AbstractParams):
-        length_scale: Float[Array, ""] = positive(0.5)
-        sensor_noise: Float[Array, ""] = non_negative(0.005)
-        angle: Float[Array, ""] = param(1.0, low=-math.pi, high=math.pi)
-        episode_length: Int[Array, ""] = count(1000)
-
-    params = MyParams(length_scale=0.3)      # keyword arguments; others default
-
-- **Construction** (`MyParams(...)`, `dataclasses.replace`, TOML
-  `env.params.<field>` overrides): concrete values outside their range raise a
-  `ValueError` naming the field, the value and the allowed interval.
-- **Reset** (`params.checked(value, traced=...)` in the environment's `reset`):
-  concrete params (an eager call) get the same `ValueError`, also for params
-  edited with `eqx.tree_at`, which skips construction. Traced params (inside
-  `jit` or `vmap`) are checked by `eqx.branched_error_if` only when the
-  environment was built with `traced_param_checks=True`: a static field of the
-  environment, so it is part of what JAX compiles and caches on, and a program
-  compiled without the checks is never reused with them (or the reverse). It is
-  off by default because `error_if` adds a host callback, which keeps a program
-  out of JAX's persistent compilation cache.
-
-A subclass may declare a field again to change its default (it keeps its place
-in the field order), and list ordering constraints in `orders`.
+See docs/environments.md ("Params") for how and where the checks run.
 """
 
 import dataclasses
@@ -124,11 +96,13 @@ def count(default: int) -> Any:
 
 
 def _is_traced(value: Any) -> bool:
+    # Traced values cannot be compared in Python: they are checked in the
+    # program (if at all), concrete ones at once.
     return isinstance(value, jax.core.Tracer)  # pyright: ignore[reportAttributeAccessIssue]
 
 
 class AbstractParams(eqx.Module):
-    """Base of environment params: declared fields, checked (module docstring).
+    """Base of environment params: declared fields, checked (docs/environments.md).
 
     Arguments:
         **values: a value per field to set (keyword only; a Python number, a
@@ -189,6 +163,8 @@ class AbstractParams(eqx.Module):
                     rules.append((f"{a} must be <= {b}", xa > xb))
         if not rules:
             return value
+        # One branched_error_if for every rule: a single host callback, whose
+        # message names the first field that fails.
         bad = jnp.stack([rule for _, rule in rules])
         messages = tuple(f"{owner}: {m} (a traced value is not)" for m, _ in rules)
         return eqx.branched_error_if(value, jnp.any(bad), jnp.argmax(bad), messages)

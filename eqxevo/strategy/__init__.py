@@ -1,8 +1,7 @@
 """`Strategy`: any evosax algorithm over populations of an Equinox module.
 
-`strategy.py` holds the one `Strategy` class; `base.py` the state and the
-interface each evosax family implements; `distribution.py`, `population.py`
-and `stein.py` one family each.
+`strategy.py` holds the class, `algorithm.py` the evosax instance it wraps,
+`base.py` the family interface; one module per family (see docs/internals.md).
 """
 
 from .base import AbstractFamily as AbstractFamily, StrategyState as StrategyState

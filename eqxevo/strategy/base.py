@@ -1,11 +1,4 @@
-"""What the three evosax families share: the strategy state and the family interface.
-
-`Strategy` (in `strategy.py`) is one class for every evosax algorithm; what
-differs between the families (distribution-based, population-based,
-Stein-variational) is how evosax's state is made, asked and told. Each family is
-an `AbstractFamily` in its own module (`distribution.py`, `population.py`,
-`stein.py`), and `Strategy` delegates those few steps to it.
-"""
+"""What the evosax families share: the strategy state and the family interface."""
 
 import abc
 import functools
@@ -14,6 +7,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
 
@@ -35,20 +29,13 @@ class StrategyView(Protocol):
     (A protocol rather than the class keeps the families below `strategy.py`.)
     """
 
-    @property
-    def algorithm(self) -> Any: ...
-    @property
-    def params(self) -> Any: ...
-    @property
-    def layout(self) -> Any: ...
-    @property
-    def initial_flat(self) -> Any: ...
-    @property
-    def population_size(self) -> int: ...
-    @property
-    def init_scale(self) -> float: ...
-    @property
-    def name(self) -> str: ...
+    algorithm: Any  # the evosax instance
+    params: Any  # its evosax `Params`
+    layout: Any  # the `GenomeLayout`
+    initial_flat: Any  # the user's genome, flat
+    population_size: int
+    init_scale: float
+    name: str
 
 
 class StrategyState(eqx.Module):
@@ -69,6 +56,8 @@ class StrategyState(eqx.Module):
     generation: IntScalar
     best_flat: FlatGenome
     best_fitness: Scalar
+    # Static, so it is part of the state's type: two strategies with equal
+    # shapes still cannot swap states.
     made_by: tuple[str, int] = eqx.field(static=True, default=("", 0))
 
 
@@ -79,6 +68,7 @@ def strongly_typed(tree: Any) -> Any:
     jnp.inf, schedule outputs) and others not, varying by algorithm and call. A
     state whose type never changes lets a user's jitted loop compile once.
     """
+    # An explicit dtype makes asarray return a strongly typed array.
     return jtu.tree_map(lambda x: jnp.asarray(x, x.dtype), tree)
 
 
@@ -122,7 +112,6 @@ class AbstractFamily(eqx.Module):
         del generation
         return strategy.algorithm.ask(key, inner, strategy.params)
 
-    @abc.abstractmethod
     def tell(
         self,
         strategy: StrategyView,
@@ -132,7 +121,17 @@ class AbstractFamily(eqx.Module):
         inner: Any,
         generation: Array,
     ) -> Any:
-        """evosax's state after being told `fitness` (evosax's sign, all finite)."""
+        """evosax's state after being told `fitness` (evosax's sign, all finite);
+        evosax's own `tell` of the population as `group` shapes it by default."""
+        del generation
+        grouped = self.group(strategy, flat)
+        # [0]: evosax's tell returns (state, metrics); Strategy makes its own.
+        return strategy.algorithm.tell(key, grouped, fitness, inner, strategy.params)[0]
+
+    def group(self, strategy: StrategyView, flat: FlatPopulation) -> Array:
+        """The population in the shape evosax's `tell` takes (as asked by default)."""
+        del strategy
+        return flat
 
     def reference(
         self, strategy: StrategyView, inner: Any, generation: Array
@@ -143,12 +142,9 @@ class AbstractFamily(eqx.Module):
         return None
 
     def mean(self, strategy: StrategyView, inner: Any) -> Array:
-        """The search mean(s), flat."""
-        del inner
-        raise TypeError(
-            f"{strategy.name} is population-based and has no search mean; use "
-            "strategy.best(state)"
-        )
+        """The search mean(s), flat (evosax's `state.mean` by default)."""
+        del strategy
+        return inner.mean
 
     def episode_ids(self, strategy: StrategyView) -> np.ndarray:
         """Episode id per genome for `episodes="per_genome"`: genome i plays
@@ -157,9 +153,18 @@ class AbstractFamily(eqx.Module):
         return np.arange(strategy.population_size, dtype=np.int32)
 
 
+def sample_around(strategy: StrategyView, key: PRNGKey, count: int) -> Array:
+    """`count` flat genomes: the initial genome, then the initial genome plus
+    `init_scale * N(0, I)` (population-based starts, Stein-variational means)."""
+    noise = jr.normal(key, (count, strategy.layout.num_params), strategy.layout.dtype)
+    noise = noise.at[0].set(0.0)
+    return strategy.initial_flat + strategy.init_scale * noise
+
+
 def state_signature(state: Any) -> tuple[Any, ...]:
     """The structure, shapes and dtypes of a state (hashable), to check a state
     against the strategy it is handed to."""
+    # Plain ints and dtype names: hashable, and comparable across processes.
     leaves, treedef = jtu.tree_flatten(state)
     return (
         treedef,
@@ -170,6 +175,8 @@ def state_signature(state: Any) -> tuple[Any, ...]:
 __all__ = [
     "AbstractFamily",
     "StrategyState",
+    "StrategyView",
+    "sample_around",
     "standard_promotion",
     "state_signature",
     "strongly_typed",

@@ -1,22 +1,19 @@
-"""Distribution-based algorithms (CMA-ES, SNES, OpenAI-ES, PGPE, ...).
-
-evosax's `init(key, mean)` with the user's genome as the mean; `ask` and
-`tell` are evosax's own. Algorithms that sample mirrored (antithetic) pairs
-declare the pairs here, so that `episodes="per_genome"` gives both members of
-a pair the same episodes (a pair's fitness difference then measures the
-perturbation, not the luck of two draws). `tests/test_strategy.py` checks the
-declared pairs against what each algorithm's `ask` produces.
+"""Distribution-based algorithms (CMA-ES, SNES, OpenAI-ES, PGPE, ...): a search
+distribution around the user's genome; evosax's own `ask` and `tell`.
 """
 
 from typing import Any, ClassVar
 
 import numpy as np
 
-from .._types import Array, Fitness, FlatPopulation, PRNGKey
+from .._types import PRNGKey
 from .base import AbstractFamily, StrategyView
 
 # Algorithms whose `ask` returns `[z, -z]` around the mean (rows i and i + P/2
-# mirror each other), and the attribute that switches it off, if any.
+# mirror each other), and the attribute that switches it off, if any. Giving a
+# pair the same episodes makes its fitness difference measure the perturbation,
+# not the luck of two draws; tests/test_strategy.py checks this table against
+# what each algorithm's `ask` produces.
 _HALVES = {
     "Open_ES": "use_antithetic_sampling",
     "EvoTF_ES": "use_antithetic_sampling",
@@ -51,22 +48,6 @@ class DistributionFamily(AbstractFamily):
 
     def init(self, strategy: StrategyView, key: PRNGKey) -> Any:
         return strategy.algorithm.init(key, strategy.initial_flat, strategy.params)
-
-    def tell(
-        self,
-        strategy: StrategyView,
-        key: PRNGKey,
-        flat: FlatPopulation,
-        fitness: Fitness,
-        inner: Any,
-        generation: Array,
-    ) -> Any:
-        del generation
-        return strategy.algorithm.tell(key, flat, fitness, inner, strategy.params)[0]
-
-    def mean(self, strategy: StrategyView, inner: Any) -> Array:
-        del strategy
-        return inner.mean
 
     def episode_ids(self, strategy: StrategyView) -> np.ndarray:
         return mirrored_episode_ids(strategy.algorithm, strategy.population_size)

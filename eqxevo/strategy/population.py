@@ -1,17 +1,6 @@
-"""Population-based algorithms (SimpleGA, DifferentialEvolution, PSO, LGA, ...).
-
-evosax's population-based `init(key, population, fitness, params)` needs an
-evaluated population. eqxevo samples that first population around the user's
-genome (genome 0 is the genome itself, the others `genome + init_scale * N(0,
-I)`); generation 0's `ask` returns it, and generation 0's `tell` hands it with
-its fitness to evosax's `init`, exactly as a raw evosax user would. Later
-generations are evosax's `ask`/`tell`.
-
-Before that first `tell`, the evosax state is a container of the right type
-(a scan carry cannot change type): the sampled population, +inf fitness, and
-zeros elsewhere. It is built without running evosax's fitness shaping on
-placeholder values, so it holds no NaN, and it is entirely replaced by
-evosax's `init` at the first `tell`.
+"""Population-based algorithms (SimpleGA, DifferentialEvolution, PSO, LGA, ...):
+generation 0 is a population sampled around the user's genome, handed to evosax's
+`init` with its fitness at the first `tell` (see docs/internals.md).
 """
 
 import dataclasses
@@ -23,8 +12,7 @@ import jax.random as jr
 import jax.tree_util as jtu
 
 from .._types import Array, Fitness, FlatPopulation, PRNGKey
-from .base import AbstractFamily, StrategyView
-from .stein import sample_around
+from .base import AbstractFamily, StrategyView, sample_around
 
 
 class PopulationFamily(AbstractFamily):
@@ -33,6 +21,11 @@ class PopulationFamily(AbstractFamily):
     name: ClassVar[str] = "population"
 
     def init(self, strategy: StrategyView, key: PRNGKey) -> Any:
+        # evosax's state needs an evaluated population, which only the first
+        # tell has: until then, a container of the right type (a scan carry
+        # cannot change type) holding the sampled population, +inf fitness and
+        # zeros, built without running fitness shaping on placeholders (so no
+        # NaN). The first tell replaces it whole.
         sample_key, init_key = jr.split(key)
         size = strategy.population_size
         points = sample_around(strategy, sample_key, size)
@@ -42,6 +35,7 @@ class PopulationFamily(AbstractFamily):
             lambda: algorithm.init(init_key, points, fitness, params)
         )
         inner = jtu.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        # What the first ask hands out, and a best that any finite fitness beats.
         replace = {"population": points, "fitness": fitness}
         fields = {f.name for f in dataclasses.fields(inner)}
         if "best_solution" in fields:
@@ -55,6 +49,8 @@ class PopulationFamily(AbstractFamily):
     ) -> tuple[Array, Any]:
         algorithm, params = strategy.algorithm, strategy.params
 
+        # Generation 0 hands out the population init sampled; lax.cond because
+        # the generation is a traced counter.
         def first(inner: Any) -> tuple[Array, Any]:
             return inner.population, inner
 
@@ -74,6 +70,7 @@ class PopulationFamily(AbstractFamily):
     ) -> Any:
         algorithm, params = strategy.algorithm, strategy.params
 
+        # Generation 0's tell is evosax's init, with the fitness just measured.
         def first(inner: Any) -> Any:
             return algorithm.init(key, flat, fitness, params)
 
@@ -81,6 +78,13 @@ class PopulationFamily(AbstractFamily):
             return algorithm.tell(key, flat, fitness, inner, params)[0]
 
         return jax.lax.cond(generation == 0, first, later, inner)
+
+    def mean(self, strategy: StrategyView, inner: Any) -> Array:
+        del inner
+        raise TypeError(
+            f"{strategy.name} is population-based and has no search mean; use "
+            "strategy.best(state)"
+        )
 
     def reference(
         self, strategy: StrategyView, inner: Any, generation: Array

@@ -1,9 +1,5 @@
-"""Stein-variational algorithms (SV_CMA_ES, SV_Open_ES): K interacting searches.
-
-The population is split into `num_populations` sub-populations, each around
-its own mean; the K means are sampled around the user's genome (the first is
-the genome itself, the others `genome + init_scale * N(0, I)`). evosax tells
-them together, with the fitness grouped per sub-population.
+"""Stein-variational algorithms (SV_CMA_ES, SV_Open_ES): K interacting searches,
+each around its own mean, told together.
 """
 
 from typing import Any, ClassVar
@@ -12,17 +8,10 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._types import Array, Fitness, FlatPopulation, PRNGKey
-from .base import AbstractFamily, StrategyView
+from .._checks import positive_int
+from .._types import Array, FlatPopulation, PRNGKey
+from .base import AbstractFamily, StrategyView, sample_around
 from .distribution import mirrored_episode_ids
-
-
-def sample_around(strategy: StrategyView, key: PRNGKey, count: int) -> Array:
-    """`count` flat genomes: the initial genome, then the initial genome plus
-    `init_scale * N(0, I)`."""
-    noise = jr.normal(key, (count, strategy.layout.num_params), strategy.layout.dtype)
-    noise = noise.at[0].set(0.0)
-    return strategy.initial_flat + strategy.init_scale * noise
 
 
 class SteinFamily(AbstractFamily):
@@ -33,17 +22,13 @@ class SteinFamily(AbstractFamily):
     def evosax_size(
         self, algorithm_name: str, population_size: int, kwargs: Any
     ) -> int:
-        num_populations = kwargs.get("num_populations")
-        if (
-            not isinstance(num_populations, int)
-            or isinstance(num_populations, bool)
-            or num_populations < 1
-        ):
+        if kwargs.get("num_populations") is None:
             raise ValueError(
                 f"{algorithm_name} runs several sub-populations: pass "
                 "num_populations=<int >= 1> (e.g. Strategy('SV_CMA_ES', genome, 32, "
-                f"num_populations=4)); got num_populations={num_populations!r}"
+                "num_populations=4))"
             )
+        num_populations = positive_int("num_populations", kwargs["num_populations"])
         if population_size % num_populations:
             raise ValueError(
                 f"population_size={population_size} must be divisible by "
@@ -60,27 +45,13 @@ class SteinFamily(AbstractFamily):
         means = sample_around(strategy, sample_key, self.num_subpopulations(strategy))
         return strategy.algorithm.init(init_key, means, strategy.params)
 
-    def tell(
-        self,
-        strategy: StrategyView,
-        key: PRNGKey,
-        flat: FlatPopulation,
-        fitness: Fitness,
-        inner: Any,
-        generation: Array,
-    ) -> Any:
-        del generation
-        algorithm = strategy.algorithm
-        grouped = jnp.reshape(
-            flat, (self.num_subpopulations(strategy), algorithm.population_size, -1)
-        )
-        return algorithm.tell(key, grouped, fitness, inner, strategy.params)[0]
-
-    def mean(self, strategy: StrategyView, inner: Any) -> Array:
-        del strategy
-        return inner.mean
+    def group(self, strategy: StrategyView, flat: FlatPopulation) -> Array:
+        # evosax tells the K sub-populations together, one block each.
+        size = strategy.algorithm.population_size
+        return jnp.reshape(flat, (self.num_subpopulations(strategy), size, -1))
 
     def episode_ids(self, strategy: StrategyView) -> np.ndarray:
+        # Blocks of per-sub-population ids, offset so no two blocks share one.
         # Each sub-population samples like its base algorithm, one after another.
         size = strategy.algorithm.population_size
         blocks = [
@@ -90,4 +61,4 @@ class SteinFamily(AbstractFamily):
         return np.concatenate(blocks).astype(np.int32)
 
 
-__all__ = ["SteinFamily", "sample_around"]
+__all__ = ["SteinFamily"]

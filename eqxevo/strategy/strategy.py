@@ -1,22 +1,9 @@
-"""Strategy: evosax ask/tell over populations of Equinox modules, on device.
+"""`Strategy`: an evosax algorithm over populations of an Equinox module, on device.
 
-A `Strategy` wraps one evosax algorithm around a genome. evosax searches over one
-flat vector per genome; `Strategy` converts between those vectors and the user's
-own module type (see `genome.GenomeLayout`), keeps the user's sign (`maximize`),
-keeps non-finite fitness out of the update, and tracks the best genome.
-
-Every evosax family works through the same calls; what differs between them
-(how evosax's state is made, asked and told) lives in one module per family:
-`distribution.py`, `population.py`, `stein.py`.
-
-`ask` and `tell` hand their key unchanged to evosax's `ask`/`tell`, so a run
-through `Strategy` follows raw evosax exactly given the same keys and fitness.
+See docs/internals.md ("Strategy") for the design.
 """
 
 import dataclasses
-import hashlib
-import inspect
-import math
 from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
@@ -24,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
-import numpy as np
 
+from .._checks import positive_int, positive_number
 from .._types import (
     Array,
     FlatGenome,
@@ -39,7 +26,8 @@ from .._types import (
 )
 from ..fitness import fitness_dtype, fitness_summary, rank_nonfinite_worst
 from ..genome import GenomeLayout
-from ..registry import Family, Resolved, family_of, resolve
+from ..registry import Family, family_of, lookup_strategy
+from .algorithm import Algorithm, algorithm_params, build_algorithm, given_algorithm
 from .base import (
     AbstractFamily,
     StrategyState,
@@ -60,158 +48,6 @@ FAMILIES: dict[str, AbstractFamily] = {
     "stein": SteinFamily(),
 }
 """The behaviour of each evosax family, by `registry.family_of` name."""
-
-
-class _Identity:
-    """Compares by identity and keeps its object alive (so no id is reused)."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj: Any):
-        self.obj = obj
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Identity) and other.obj is self.obj
-
-    def __hash__(self) -> int:
-        return id(self.obj)
-
-
-def _value_key(value: Any) -> Any:
-    """Plain values compare by value; anything else (optax objects, functions) by
-    identity."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, tuple | list):
-        return tuple(_value_key(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _value_key(v)) for k, v in value.items()))
-    return _Identity(value)
-
-
-class _Algorithm:
-    """An evosax instance, compared by what determines its behaviour.
-
-    evosax uses the `solution` it is built with only for its shape, so two
-    instances of one class with equal population size, dimension, dtype and
-    constructor arguments behave identically. Comparing by that signature (not by
-    object identity) lets equal strategies share compiled programs: building the
-    same experiment twice in one process compiles once.
-    """
-
-    __slots__ = ("instance", "signature")
-
-    def __init__(self, instance: "EvolutionaryAlgorithm", signature: Any):
-        self.instance = instance
-        self.signature = signature
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Algorithm) and other.signature == self.signature
-
-    def __hash__(self) -> int:
-        return hash(self.signature)
-
-
-@standard_promotion
-def _build_algorithm(
-    resolved: Resolved,
-    family: AbstractFamily,
-    population_size: int,
-    solution: FlatGenome,
-    init_scale: float,
-    kwargs: dict[str, Any],
-    kwargs_keys: dict[str, Any],
-) -> _Algorithm:
-    """Construct the evosax instance; `kwargs_keys` describe `kwargs` for the
-    signature (raw preset values, or the user's objects)."""
-    accepted = inspect.signature(resolved.cls.__init__).parameters
-    bad = sorted(set(kwargs) - set(accepted) - {"self"})
-    if bad:
-        raise TypeError(
-            f"algorithm_kwargs {bad} are not arguments of {resolved.name} "
-            f"({resolved.cls.__name__}); it accepts "
-            f"{sorted(set(accepted) - {'self', 'population_size', 'solution'})}"
-        )
-    kwargs = dict(kwargs)
-    kwargs_keys = dict(kwargs_keys)
-    sampling = accepted.get("sampling_fn")
-    if (
-        sampling is not None
-        and sampling.default is inspect.Parameter.empty
-        and "sampling_fn" not in kwargs
-    ):
-        # RandomSearch needs a sampler; by default sample around the genome. It
-        # bakes the genome's values in, so they join the signature.
-        values = np.asarray(solution)
-        kwargs_keys["sampling_fn"] = (
-            "default",
-            hashlib.sha256(values.tobytes()).hexdigest(),
-            str(values.dtype),
-            init_scale,
-        )
-        kwargs.setdefault(
-            "sampling_fn",
-            lambda key: (
-                solution + init_scale * jr.normal(key, solution.shape, solution.dtype)
-            ),
-        )
-    evosax_size = family.evosax_size(resolved.name, population_size, kwargs)
-    signature = (
-        resolved.cls,
-        evosax_size,
-        int(solution.shape[0]),
-        str(solution.dtype),
-        tuple(sorted((k, _value_key(v)) for k, v in kwargs_keys.items())),
-    )
-    try:
-        instance = resolved.cls(
-            population_size=evosax_size, solution=solution, **kwargs
-        )
-        return _Algorithm(instance, signature)
-    except TypeError as err:
-        raise TypeError(f"cannot construct {resolved.name}: {err}") from err
-    except (AssertionError, ValueError) as err:  # evosax asserts on sizes
-        raise ValueError(
-            f"population_size={population_size} is rejected by {resolved.name}: "
-            f"{err or type(err).__name__}"
-        ) from err
-
-
-@standard_promotion
-def _apply_params(algorithm: "EvolutionaryAlgorithm", name: str, overrides: Any) -> Any:
-    defaults = algorithm.default_params
-    if overrides is None:
-        return defaults
-    if not isinstance(overrides, dict):
-        if type(overrides) is not type(defaults):
-            raise TypeError(
-                f"params: expected a dict of overrides or a {type(defaults).__name__}; "
-                f"got {type(overrides).__name__}"
-            )
-        return overrides
-    fields = {f.name for f in dataclasses.fields(defaults)}
-    bad = sorted(set(overrides) - fields)
-    if bad:
-        raise ValueError(
-            f"params: {bad} are not parameters of {name}; it has {sorted(fields)}"
-        )
-    return defaults.replace(**overrides)
-
-
-def _check_params(name: str, params: Any) -> None:
-    """Raise a clear error for a NaN parameter, or a `std_init` not finite and > 0."""
-    for field in dataclasses.fields(params):
-        value = getattr(params, field.name)
-        array = np.asarray(value)
-        if array.dtype.kind not in "fi" or array.size == 0:
-            continue
-        if array.dtype.kind == "f" and np.isnan(array).any():
-            raise ValueError(f"params.{field.name} = {value!r} for {name} is NaN")
-        if field.name == "std_init" and not (np.isfinite(array) & (array > 0)).all():
-            raise ValueError(
-                f"params.{field.name} = {value!r} for {name} must be finite and "
-                "> 0 (a standard deviation)"
-            )
 
 
 class Strategy(eqx.Module):
@@ -247,7 +83,7 @@ class Strategy(eqx.Module):
         >>> population, state = strategy.ask(jr.key(2), state)
     """
 
-    _algorithm: _Algorithm = eqx.field(static=True)
+    _algorithm: Algorithm = eqx.field(static=True)
     params: Any
     layout: GenomeLayout
     initial_flat: FlatGenome
@@ -270,81 +106,46 @@ class Strategy(eqx.Module):
         init_scale: float = 0.1,
         **algorithm_kwargs: Any,
     ):
-        if (
-            not isinstance(population_size, int)
-            or isinstance(population_size, bool)
-            or population_size < 1
-        ):
-            raise ValueError(
-                "population_size must be a positive Python int; "
-                f"got {population_size!r}"
-            )
-        if (
-            not isinstance(init_scale, int | float)
-            or isinstance(init_scale, bool)
-            or not math.isfinite(init_scale)
-            or init_scale <= 0
-        ):
-            raise ValueError(
-                f"init_scale must be a finite number > 0; got {init_scale!r}"
-            )
-        resolved = resolve(algorithm)
-        family = family_of(resolved.cls)
+        population_size = positive_int("population_size", population_size)
+        init_scale = positive_number("init_scale", init_scale)
+        spec = lookup_strategy(algorithm)
+        family = family_of(spec.cls)
         layout = GenomeLayout.from_genome(genome, filter_spec)
         initial_flat = layout.flatten(genome)
-        if resolved.instance is not None:
-            instance = resolved.instance
-            algorithm = _Algorithm(instance, ("instance", _Identity(instance)))
-            if algorithm_kwargs:
-                raise TypeError(
-                    "algorithm_kwargs cannot be combined with an evosax instance; "
-                    "construct the instance with them instead"
-                )
-            if instance.num_dims != layout.num_params:
-                raise ValueError(
-                    f"algorithm: the {resolved.name} instance was built for "
-                    f"{instance.num_dims} parameters but the genome has "
-                    f"{layout.num_params}"
-                )
-            total = getattr(instance, "total_population_size", instance.population_size)
-            if total != population_size:
-                raise ValueError(
-                    f"population_size={population_size} differs from the instance's "
-                    f"population size {total}"
-                )
+        if spec.instance is not None:
+            algorithm = given_algorithm(
+                spec.instance,
+                spec.name,
+                layout.num_params,
+                population_size,
+                algorithm_kwargs,
+            )
         else:
-            kwargs = {**resolved.kwargs, **algorithm_kwargs}
+            # Preset kwargs enter the signature as written in the TOML file
+            # (built objects such as optimizers would compare by identity).
             kwargs_keys = {
-                **{k: ("preset", v) for k, v in resolved.raw_kwargs.items()},
+                **{k: ("preset", v) for k, v in spec.raw_kwargs.items()},
                 **algorithm_kwargs,
             }
-            algorithm = _build_algorithm(
-                resolved,
+            algorithm = build_algorithm(
+                spec,
                 FAMILIES[family],
                 population_size,
                 initial_flat,
                 init_scale,
-                kwargs,
+                {**spec.kwargs, **algorithm_kwargs},
                 kwargs_keys,
             )
-            instance = algorithm.instance
-        param_overrides = resolved.params
-        if isinstance(params, dict):
-            param_overrides = {**param_overrides, **params}
-            params = None
-        base = _apply_params(instance, resolved.name, param_overrides or None)
-        self.params = (
-            base if params is None else _apply_params(instance, resolved.name, params)
-        )
-        _check_params(resolved.name, self.params)
+        self.params = algorithm_params(algorithm.instance, spec, params)
         self._algorithm = algorithm
         self.layout = layout
         self.initial_flat = initial_flat
         self.population_size = population_size
         self.maximize = bool(maximize)
-        self.init_scale = float(init_scale)
+        self.init_scale = init_scale
         self.family = family
-        self.name = resolved.name
+        self.name = spec.name
+        # Set before the check, which reads the other fields through self.
         self._state_signature = None
         self._state_signature = self._check_population_size()
 
@@ -356,6 +157,8 @@ class Strategy(eqx.Module):
         try:
             state = eqx.filter_eval_shape(self._init, jr.key(0))
 
+            # Generation 1, not 0: a population-based family's generation 0
+            # returns its sampled start, not what evosax's ask would.
             @standard_promotion
             def ask_once() -> Array:
                 inner = self._init(jr.key(0)).inner
@@ -393,6 +196,8 @@ class Strategy(eqx.Module):
         treedef, leaves = self._state_signature
         got_treedef, got_leaves = state_signature(state)
         problem = None
+        # Cheapest and most telling first: who made it, then its structure,
+        # then the first leaf of another shape or dtype.
         if state.made_by != self._made_by:
             name, size = state.made_by
             problem = f"it was made by {name} with population_size={size}"
@@ -451,7 +256,7 @@ class Strategy(eqx.Module):
         (`evaluate(..., episodes=strategy.episode_ids)`)."""
         return jnp.asarray(self._behaviour.episode_ids(self))
 
-    # -- sign ---------------------------------------------------------------------
+    # -- sign (evosax minimises; negation is its own inverse) ----------------------
 
     def _to_evosax(self, fitness: Array) -> Array:
         return -fitness if self.maximize else fitness
@@ -505,7 +310,9 @@ class Strategy(eqx.Module):
         population = self.layout.unflatten_population(flat)
         return population, dataclasses.replace(state, inner=inner)
 
-    def _check_fitness(self, fitness: Any) -> Array:
+    def check_fitness(self, fitness: Any) -> Array:
+        """`fitness` as this strategy's fitness dtype, or a `ValueError` unless it
+        is one real (floating or integer) value per genome."""
         fitness = jnp.asarray(fitness)
         if fitness.shape != (self.population_size,):
             raise ValueError(
@@ -553,7 +360,7 @@ class Strategy(eqx.Module):
         """
         self.check_state(state)
         flat = self.layout.flatten_population(population, self.population_size)
-        fitness = self._check_fitness(fitness)
+        fitness = self.check_fitness(fitness)
         internal = self._to_evosax(fitness)
         behaviour = self._behaviour
         reference = behaviour.reference(self, state.inner, state.generation)
@@ -569,7 +376,7 @@ class Strategy(eqx.Module):
         archive = jnp.where(nonfinite, jnp.inf, internal).astype(
             state.best_fitness.dtype
         )
-        index = jnp.argmin(archive)
+        index = jnp.argmin(archive)  # evosax's sign: lower is better
         improved = archive[index] < state.best_fitness
         new_state = StrategyState(
             inner=inner,
