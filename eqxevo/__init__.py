@@ -1,8 +1,6 @@
 """eqxevo: neuroevolution with Equinox genomes and evosax strategies, on device.
-
-Re-exports only. Importing eqxevo starts nothing: evosax (whose import starts
-JAX's backends) is imported on first use, so `eqxevo.use_cpu_devices()` and
-`eqxevo.initialize_distributed(...)` work right after `import eqxevo`.
+Re-exports only; importing starts nothing (evosax, and with it JAX's backends,
+loads on first use, so `use_cpu_devices()` works right after `import eqxevo`).
 """
 
 from .evaluate import (
@@ -14,17 +12,18 @@ from .evolve import (
     EvolveResult as EvolveResult,
     NonFiniteFitnessError as NonFiniteFitnessError,
     evolve as evolve,
-    generation_keys as generation_keys,
-    stack_runs as stack_runs,
 )
 from .fidelity import (
     MultiFidelity as MultiFidelity,
     combine_fidelities as combine_fidelities,
 )
 from .genome import GenomeLayout as GenomeLayout
+from .keys import generation_keys as generation_keys
+from .presets import PresetError as PresetError
 from .prng import fast_cpu_prng as fast_cpu_prng
-from .registry import PresetError as PresetError, strategies as strategies
+from .registry import strategies as strategies
 from .rollout import Trajectory as Trajectory, record as record, rollout as rollout
+from .runs import stack_runs as stack_runs
 from .sharding import (
     initialize_distributed as initialize_distributed,
     population_mesh as population_mesh,

@@ -1,9 +1,4 @@
-"""`eqxevo` command line: run, resume, plot and evaluate experiments; list
-strategies.
-
-Every command goes through `eqxevo.experiment`, which calls the same
-`eqxevo.evolve` as the Python API and the benchmark.
-"""
+"""`eqxevo`: the command line (run, resume, plot, eval, strategies, bench, study)."""
 
 import json
 import os
@@ -15,15 +10,10 @@ from typing import Any
 import click
 
 from . import config as config_module
+from ._cli import CONTEXT, fail
 from .checkpoint import CheckpointError
 from .config import ConfigError
 from .metrics import SinkError
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-def _fail(err: Exception) -> None:
-    raise click.ClickException(str(err)) from err
 
 
 def _cores() -> int:
@@ -42,6 +32,8 @@ def _mesh(devices: int) -> Any:
 
     from .sharding import population_mesh, use_cpu_devices
 
+    # Only before JAX has started: then each core becomes a device. In-process
+    # (tests, notebooks) JAX may be up already; its devices are what there is.
     started = False
     try:
         use_cpu_devices(devices)
@@ -63,20 +55,14 @@ def _mesh(devices: int) -> Any:
     return population_mesh(available[:devices])
 
 
-def _newest_checkpoint(run_dir: Path) -> int | None:
-    """The newest checkpoint folder's generation (by name; not verified)."""
-    folder = run_dir / "checkpoints"
-    steps = [int(p.name) for p in folder.glob("*") if p.name.isdigit()]
-    return max(steps) if steps else None
-
-
 def _stop_request(run_dir: Path | None) -> Any:
     """SIGINT/SIGTERM handling from the command's first line (before JAX starts):
     until the run has finished a chunk, a signal exits at once, truthfully."""
+    from .experiment.rundir import RunDir
     from .interrupts import StopRequest
 
     def describe() -> str:
-        newest = None if run_dir is None else _newest_checkpoint(run_dir)
+        newest = None if run_dir is None else RunDir(run_dir).newest_checkpoint()
         if newest is None:
             return "no checkpoint yet: nothing to resume"
         return f"checkpoint at generation {newest} saved; `eqxevo resume {run_dir}`"
@@ -102,14 +88,26 @@ def main() -> None:
       eqxevo resume runs/chemotaxis-sparse_rate-snes-20261122-120000
       eqxevo plot runs/chemotaxis-sparse_rate-snes-20261122-120000
       eqxevo eval runs/chemotaxis-sparse_rate-snes-20261122-120000 --episodes 128
-      eqxevo strategies
+      eqxevo strategies snes
+      eqxevo study run examples/studies/l4_plasticity.toml
+      eqxevo bench --quick
     """
 
 
-RUN_HELP = """Run an experiment: CONFIG.toml, or the default (L0 chemotaxis, sparse rate
-network, SNES preset, P=256, T=1000).
+_QUIET = click.option("--quiet", is_flag=True, help="No progress output.")
+_DEVICES = click.option(
+    "--devices",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Devices to split each generation over (on a CPU: cores, each made a "
+    "JAX device; at most the machine's). Results do not depend on it.",
+)
 
-Writes a run directory with config.toml (every resolved value: `eqxevo run
+RUN_HELP = """Run an experiment (a TOML file, or the default).
+
+The default is L0 chemotaxis: a sparse rate network, the SNES preset, P=256,
+T=1000. The run directory gets config.toml (every effective value: `eqxevo run
 RUN_DIR/config.toml` repeats the run), metrics.jsonl, fitness.png,
 best_genome.eqx, summary.json (totals over every resume) and verified
 checkpoints/. After compiling it prints XLA's memory estimate (and stops if the
@@ -128,11 +126,11 @@ Examples:
 
 
 class _RunCommand(click.Command):
-    """`eqxevo run`: the config keys, networks, environments and strategies are
-    listed after the options, built only when --help asks (it imports evosax)."""
+    """`eqxevo run`: the config keys, networks and environments are listed after
+    the options (built only when --help asks)."""
 
     def format_epilog(self, ctx: click.Context, formatter: Any) -> None:
-        from .experiment import catalogue
+        from .registry import catalogue
 
         formatter.write(
             "\nConfig keys (TOML tables [env], [net], [strategy], [run], [sinks]); "
@@ -162,15 +160,8 @@ class _RunCommand(click.Command):
     help="Folder that receives the run directory.",
 )
 @click.option("--name", help="Run directory name (default: env-net-strategy-time).")
-@click.option("--quiet", is_flag=True, help="No progress output.")
-@click.option(
-    "--devices",
-    type=click.IntRange(1),
-    default=1,
-    show_default=True,
-    help="Devices to split each generation over (on a CPU: cores, each made a "
-    "JAX device; at most the machine's). Results do not depend on it.",
-)
+@_QUIET
+@_DEVICES
 @click.option(
     "--tensorboard",
     is_flag=True,
@@ -193,68 +184,49 @@ def run(
     tensorboard: bool,
     wandb: bool,
 ) -> None:
-    with _stop_request(None) as stop:
-        _run(
-            config,
-            overrides,
-            num_seeds,
-            out,
-            name,
-            quiet,
-            devices,
-            tensorboard,
-            wandb,
-            stop,
-        )
-
-
-def _run(
-    config: str | None,
-    overrides: tuple[str, ...],
-    num_seeds: int | None,
-    out: str,
-    name: str | None,
-    quiet: bool,
-    devices: int,
-    tensorboard: bool,
-    wandb: bool,
-    stop: Any,
-) -> None:
     items = list(overrides) + ([f"run.num_seeds={num_seeds}"] if num_seeds else [])
     items += ["sinks.tensorboard=true"] if tensorboard else []
     items += ["sinks.wandb=true"] if wandb else []
-    try:
-        experiment = config_module.load(config, items)
-    except ConfigError as err:
-        _fail(err)
-        return
-    mesh = _mesh(devices)
-    if experiment.strategy.population_size % devices:
-        raise click.BadParameter(
-            f"strategy.population_size = {experiment.strategy.population_size} "
-            f"does not split over {devices} devices; use a multiple of {devices}",
-            param_hint="--devices",
-        )
-    from . import experiment as experiment_module
+    # Signals are taken over before anything heavy is imported, so a Ctrl-C
+    # while JAX starts or compiles exits at once with a true message.
+    with _stop_request(None) as stop:
+        try:
+            experiment = config_module.load(config, items)
+        except ConfigError as err:
+            fail(err)
+        mesh = _mesh(devices)
+        if experiment.strategy.population_size % devices:
+            raise click.BadParameter(
+                f"strategy.population_size = {experiment.strategy.population_size} "
+                f"does not split over {devices} devices; use a multiple of {devices}",
+                param_hint="--devices",
+            )
+        if name is None:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            env = experiment.env.name.replace(":", "-").replace("/", "-")
+            strategy = Path(experiment.strategy.name).stem
+            name = f"{env}-{experiment.net.name}-{strategy}-{stamp}"
+        run_dir = Path(out) / name
+        from .experiment import run_experiment
 
-    if name is None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        env = experiment.env.name.replace(":", "-").replace("/", "-")
-        name = (
-            f"{env}-{experiment.net.name}-{Path(experiment.strategy.name).stem}-{stamp}"
+        summary = _drive(
+            run_experiment, experiment, run_dir, quiet=quiet, mesh=mesh, stop=stop
         )
-    run_dir = Path(out) / name
+    _report(run_dir, summary)
+
+
+def _drive(fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """`fn(*args, **kwargs)` (a run or a resume): a stop by signal exits with its
+    status and one line, an error with one line."""
+    from .experiment import RunInterrupted
+
     try:
-        summary = experiment_module.run(
-            experiment, run_dir, quiet=quiet, mesh=mesh, stop=stop
-        )
-    except experiment_module.RunInterrupted as interrupted:
+        return fn(*args, **kwargs)
+    except RunInterrupted as interrupted:
         click.echo(interrupted.message, err=True)
         sys.exit(interrupted.exit_code)
     except _run_errors() as err:
-        _fail(err)
-        return
-    _report(run_dir, summary)
+        fail(err)
 
 
 def _heldout_lines(heldout: Any) -> list[str]:
@@ -301,44 +273,31 @@ def _report(run_dir: Path, summary: dict[str, Any]) -> None:
     "overrides",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Change run.generations, run.chunk_size, run.chunk_seconds, "
-    "run.checkpoint_every, run.keep_checkpoints, run.batch_size or sinks.*, e.g. to "
-    "extend a run.",
+    help="Change a key that keeps the trajectory: "
+    + ", ".join(config_module.RESUMABLE_CHANGES).replace("sinks.", "sinks.*")
+    + " (e.g. run.generations=400 to run longer).",
 )
-@click.option("--quiet", is_flag=True, help="No progress output.")
-@click.option(
-    "--devices",
-    type=click.IntRange(1),
-    default=1,
-    show_default=True,
-    help="Devices to split each generation over (results do not depend on it).",
-)
+@_QUIET
+@_DEVICES
 def resume(run_dir: str, overrides: tuple[str, ...], quiet: bool, devices: int) -> None:
-    """Continue RUN_DIR from its newest good checkpoint, bit-for-bit.
+    """Continue a run from its newest good checkpoint, bit for bit.
 
     Checkpoints are verified (structure, shapes, dtypes, checksum); a damaged
     newest one is skipped with a one-line note and the run resumes from the
     newest good one. summary.json adds this segment to the run's totals.
 
     \b
-    Example:
+    Examples:
       eqxevo resume runs/my-run
       eqxevo resume runs/my-run --set run.generations=400   # run longer
     """
     with _stop_request(Path(run_dir)) as stop:
         mesh = _mesh(devices)
-        from . import experiment as experiment_module
+        from .experiment import resume_run
 
-        try:
-            summary = experiment_module.resume(
-                Path(run_dir), overrides, quiet=quiet, mesh=mesh, stop=stop
-            )
-        except experiment_module.RunInterrupted as interrupted:
-            click.echo(interrupted.message, err=True)
-            sys.exit(interrupted.exit_code)
-        except _run_errors() as err:
-            _fail(err)
-            return
+        summary = _drive(
+            resume_run, Path(run_dir), overrides, quiet=quiet, mesh=mesh, stop=stop
+        )
     _report(Path(run_dir), summary)
 
 
@@ -348,38 +307,38 @@ def resume(run_dir: str, overrides: tuple[str, ...], quiet: bool, devices: int) 
     "--steps",
     default=None,
     type=click.IntRange(1),
-    help="Lifetime steps to draw for the trajectory (default: run.lifetime).",
+    help="Lifetime steps to draw for the trajectory (default: run.lifetime, at "
+    "most 5000).",
 )
 def plot(run_dir: str, steps: int | None) -> None:
-    """Draw RUN_DIR's fitness curves (mean and spread over seeds) and the best
-    agent's trajectory.
+    """Draw a run's fitness curves and its best agent's path.
+
+    fitness.png: mean and spread over seeds per generation, with the held-out
+    evaluations; trajectory.png: the best genome living one lifetime (arena
+    environments).
 
     \b
     Example:
       eqxevo plot runs/my-run
     """
-    from . import experiment as experiment_module
-    from .metrics import MetricsLog
-    from .plots import plot_fitness
+    from .experiment import RunDir, RunDirError, plot_best
 
-    path = Path(run_dir)
-    records = MetricsLog(path / "metrics.jsonl").read()
-    if not records:
-        _fail(ValueError(f"{path} has no metrics.jsonl records to plot"))
+    directory = RunDir(run_dir)
     try:
-        title = experiment_module.run_title(
-            config_module.load(path / "config.toml"), path
-        )
-    except ConfigError:
-        title = path.name
-    written = [plot_fitness(records, path / "fitness.png", title=title)]
-    if (path / "best_genome.eqx").exists():
+        experiment = directory.read_config()
+    except (ConfigError, RunDirError):
+        experiment = None  # the curves need no config; the title names the folder
+    try:
+        written = [directory.plot(experiment)]
+    except RunDirError as err:
+        fail(err)
+    if (directory.path / "best_genome.eqx").exists():
         try:
-            written.append(experiment_module.plot_best(path, steps))
-        except (ConfigError, NotImplementedError) as err:
+            written.append(plot_best(directory.path, steps))
+        except (ConfigError, RunDirError, NotImplementedError) as err:
             click.echo(f"no trajectory plot: {err}", err=True)
-    for p in written:
-        click.echo(str(p))
+    for path in written:
+        click.echo(str(path))
 
 
 @main.command("eval", context_settings=CONTEXT)
@@ -418,12 +377,12 @@ def eval_command(
     as_json: bool,
     render: str | None,
 ) -> None:
-    """Evaluate RUN_DIR's saved genome on held-out lifetimes: mean ± 95% CI.
+    """Score a run's saved genome on held-out lifetimes.
 
-    The lifetimes come from a key stream selection never uses (the run's own
-    held-out stream by default: the result then equals the run's final
-    held-out record in summary.json); episode e is the same lifetime for every
-    --episodes N > e.
+    Prints the mean fitness with its 95% CI. The lifetimes come from a key
+    stream selection never uses: by default the run's own held-out stream, so
+    the result equals the run's final held-out record in summary.json (runs of
+    a study included); episode e is the same lifetime for every --episodes N > e.
 
     \b
     Examples:
@@ -431,37 +390,32 @@ def eval_command(
       eqxevo eval runs/my-run --genome mean --episodes 256 --json
       eqxevo eval runs/my-run --seed 7 --render lifetime.png
     """
-    from . import experiment as experiment_module
+    from .experiment import RunDirError, eval_run
 
     try:
-        evaluation, built, loaded, key = experiment_module.eval_run(
+        evaluation, built, loaded = eval_run(
             Path(run_dir), genome=genome, num_episodes=episodes, seed=seed
         )
-    except (ConfigError, experiment_module.RunDirError) as err:
-        _fail(err)
-        return
+    except (ConfigError, RunDirError) as err:
+        fail(err)
     result = evaluation.result
-    half = (result.ci_high - result.ci_low) / 2
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "run_dir": str(run_dir),
-                    "genome": genome,
-                    "stream": evaluation.stream,
-                    "run_seed": evaluation.run_seed,
-                    "generations": evaluation.generations,
-                    "episodes": result.num_episodes,
-                    "num_nonfinite": result.num_nonfinite,
-                    "mean": result.mean,
-                    "ci_low": result.ci_low,
-                    "ci_high": result.ci_high,
-                    "std": result.std,
-                },
-                indent=2,
-            )
-        )
+        fields = {
+            "run_dir": str(run_dir),
+            "genome": genome,
+            "stream": evaluation.stream,
+            "run_seed": evaluation.run_seed,
+            "generations": evaluation.generations,
+            "episodes": result.num_episodes,
+            "num_nonfinite": result.num_nonfinite,
+            "mean": result.mean,
+            "ci_low": result.ci_low,
+            "ci_high": result.ci_high,
+            "std": result.std,
+        }
+        click.echo(json.dumps(fields, indent=2))
     else:
+        half = (result.ci_high - result.ci_low) / 2
         click.echo(
             f"held-out fitness over {result.num_episodes} lifetimes: {result.mean!r} "
             f"± {half:.4g} (95% CI [{result.ci_low:.6g}, {result.ci_high:.6g}])"
@@ -469,62 +423,74 @@ def eval_command(
     if render:
         import jax.random as jr
 
+        from .experiment.review import render_lifetime
+
         try:
-            path = experiment_module.render_lifetime(
+            path = render_lifetime(
                 built,
                 loaded,
-                jr.fold_in(key, 0),
+                jr.fold_in(evaluation.key, 0),
                 render,
                 title=f"{genome} genome of {Path(run_dir).name}: held-out lifetime 0",
             )
         except NotImplementedError as err:
-            _fail(err)
-            return
+            fail(err)
         click.echo(f"lifetime drawn: {path}", err=as_json)
 
 
 @main.command(context_settings=CONTEXT)
+@click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def strategies(as_json: bool) -> None:
-    """List every evosax algorithm and shipped preset usable by name.
+def strategies(name: str | None, as_json: bool) -> None:
+    """List the algorithms and presets, or show one's parameters.
+
+    Without NAME: every evosax algorithm and shipped preset usable as
+    [strategy] name. With NAME: its family, its [strategy.params] fields and
+    its [strategy.kwargs] constructor arguments.
 
     \b
-    Example:
+    Examples:
       eqxevo strategies
+      eqxevo strategies CMA_ES
+      eqxevo strategies snes --json
     """
-    from .registry import strategies as list_strategies
+    from .registry import lookup_strategy, strategies as list_strategies, strategy_help
 
+    if name is not None:
+        try:
+            text = strategy_help(name)
+            spec = lookup_strategy(name)
+        except ValueError as err:
+            fail(err)
+        if as_json:
+            rows = [r.__dict__ for r in list_strategies() if r.name == spec.name]
+            click.echo(json.dumps(rows[0] if rows else {"name": spec.name}, indent=2))
+        else:
+            click.echo(text)
+        return
     rows = list_strategies()
     if as_json:
         click.echo(json.dumps([r.__dict__ for r in rows], indent=2))
         return
     width = max(len(r.name) for r in rows)
     titles = {"preset": "eqxevo presets", "evosax": "evosax algorithms (defaults)"}
-    for kind, title in titles.items():
-        click.echo(f"\n{title}:")
+    for i, (kind, title) in enumerate(titles.items()):
+        click.echo(("\n" if i else "") + f"{title}:")
         for r in rows:
             if r.kind == kind:
                 click.echo(f"  {r.name:<{width}}  {r.family:<12}  {r.description}")
+    click.echo("\n`eqxevo strategies NAME` shows one's params and kwargs.")
 
 
-@main.command(
-    context_settings={
-        "ignore_unknown_options": True,
-        "allow_extra_args": True,
-        "help_option_names": [],
-    },
-)
-@click.pass_context
-def bench(ctx: click.Context) -> None:
-    """Benchmarks: milestones, baselines, scaling (see `eqxevo bench --help`)."""
-    from .bench.cli import main as bench_main
+def _add_subcommands() -> None:
+    from .bench.cli import bench
+    from .study.cli import study
 
-    sys.exit(bench_main(list(ctx.args)))
+    main.add_command(bench)
+    main.add_command(study)
 
 
-from .study.cli import study as _study  # noqa: E402  (`eqxevo study ...`)
-
-main.add_command(_study)
+_add_subcommands()
 
 if __name__ == "__main__":
     main()

@@ -1,23 +1,6 @@
-"""Experiment configs: frozen dataclasses <-> TOML, validated.
+"""Experiment configs: frozen dataclasses <-> TOML, validated; `--set` overrides.
 
-An experiment is four tables:
-
-    [env]       name = "chemotaxis"; [env.params] overrides the env's params;
-                [env.options] are its constructor arguments
-    [net]       name = "sparse_rate"; [net.options] are constructor arguments
-    [strategy]  name = "snes" (any eqxevo.Strategy algorithm), population_size,
-                init_scale; [strategy.params] overrides evosax Params
-    [run]       generations, lifetime (steps), seed, num_seeds, chunk_size,
-                checkpoint_every, keep_checkpoints, on_nonfinite, episodes,
-                batch_size, chunk_seconds, eval_every, eval_episodes
-    [sinks]     tensorboard, wandb (metrics besides metrics.jsonl)
-
-Every key is checked: an unknown key, a value of the wrong type or out of range
-raises `ConfigError` naming the key and what is allowed. `--set key=value`
-overrides use the same dotted keys (`--set run.generations=50`,
-`--set env.params.noise=0.1`); values are TOML literals (`true`, `0.1`,
-`"text"`, `[1, 2]`, `{ a = 1 }`); a bare word that is not one is taken as a
-string (`--set strategy.name=snes`).
+Tables, keys and the `--set` syntax: `eqxevo run --help` and docs/operations.md.
 """
 
 import dataclasses
@@ -29,9 +12,54 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 
 class ConfigError(ValueError):
     """A config key is unknown, of the wrong type, or out of range."""
+
+
+RESUMABLE_CHANGES = (
+    "run.generations",
+    "run.chunk_size",
+    "run.chunk_seconds",
+    "run.checkpoint_every",
+    "run.keep_checkpoints",
+    "run.batch_size",
+    "run.eval_every",
+    "run.eval_episodes",
+    "sinks.",
+)
+"""Config keys (or prefixes ending in ".") a resumed run may change: they do not
+alter its trajectory (held-out evaluations are outside it; a changed
+`run.eval_episodes` makes later evaluations use that many lifetimes)."""
+
+
+def resumable(key: str) -> bool:
+    """Whether a resumed run may change the dotted config key `key`."""
+    return any(
+        key == allowed or (allowed.endswith(".") and key.startswith(allowed))
+        for allowed in RESUMABLE_CHANGES
+    )
+
+
+def differences(a: "Experiment", b: "Experiment") -> list[str]:
+    """The dotted keys whose values differ between two experiments, sorted."""
+    flat_a, flat_b = flatten(to_dict(a)), flatten(to_dict(b))
+    return sorted(
+        k for k in set(flat_a) | set(flat_b) if flat_a.get(k) != flat_b.get(k)
+    )
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested tables as one level of dotted keys (`{"run.seed": 0, ...}`)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _spec(
@@ -183,7 +211,7 @@ class Experiment:
 
 def _type_name(tp: Any) -> str:
     if typing.get_origin(tp) is Literal:
-        return " | ".join(_toml_value(a) for a in typing.get_args(tp))
+        return " | ".join(toml_value(a) for a in typing.get_args(tp))
     if tp is bool:
         return "bool (true or false)"
     if dataclasses.is_dataclass(tp):
@@ -198,9 +226,9 @@ def _check_value(key: str, tp: Any, value: Any, metadata: Mapping[str, Any]) -> 
     if origin is Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
-            shown = _toml_value(value) if _is_toml(value) else repr(value)
+            shown = toml_value(value) if _is_toml(value) else repr(value)
             raise ConfigError(
-                f"{key} = {shown}; allowed: {', '.join(map(_toml_value, allowed))}"
+                f"{key} = {shown}; allowed: {', '.join(map(toml_value, allowed))}"
             )
         return value
     if origin in (Mapping, dict):
@@ -213,7 +241,7 @@ def _check_value(key: str, tp: Any, value: Any, metadata: Mapping[str, Any]) -> 
         value = float(value) if ok else value
         if ok and not math.isfinite(value):
             raise ConfigError(
-                f"{key} = {_toml_value(value)} is out of range; it must be "
+                f"{key} = {toml_value(value)} is out of range; it must be "
                 f"{_range(minimum, above) or 'a finite number'}"
             )
     elif tp is int:
@@ -225,7 +253,7 @@ def _check_value(key: str, tp: Any, value: Any, metadata: Mapping[str, Any]) -> 
     else:  # pragma: no cover - every field type is listed above
         raise TypeError(f"unsupported config type {tp!r}")
     if not ok:
-        shown = _toml_value(value) if _is_toml(value) else repr(value)
+        shown = toml_value(value) if _is_toml(value) else repr(value)
         raise ConfigError(
             f"{key} must be {_type_name(tp)}; got {shown}"
             + (" (TOML booleans are lower case)" if value in ("True", "False") else "")
@@ -234,7 +262,7 @@ def _check_value(key: str, tp: Any, value: Any, metadata: Mapping[str, Any]) -> 
         above is not None and value <= above
     ):
         raise ConfigError(
-            f"{key} = {_toml_value(value)} is out of range; it must be "
+            f"{key} = {toml_value(value)} is out of range; it must be "
             f"{_range(minimum, above)}"
         )
     return value
@@ -251,7 +279,7 @@ def _range(minimum: int | float | None, above: int | float | None) -> str:
 
 def _is_toml(value: Any) -> bool:
     try:
-        _toml_value(value)
+        toml_value(value)
     except ConfigError:
         return False
     return True
@@ -293,6 +321,7 @@ def to_dict(experiment: Experiment) -> dict[str, Any]:
 
 
 def _parse_value(raw: str) -> Any:
+    # A TOML literal, or the text itself: `--set strategy.name=snes` needs no quotes.
     try:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
@@ -341,7 +370,7 @@ def load(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Exper
 # -- writing ------------------------------------------------------------------------
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -355,18 +384,34 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    # Inline tables: `--set` and config.toml then use one syntax for tables.
     if isinstance(value, Mapping):
-        items = ", ".join(
-            f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()
-        )
+        items = ", ".join(f"{_toml_key(k)} = {toml_value(v)}" for k, v in value.items())
         return "{ " + items + " }" if items else "{}"
     raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) to TOML")
 
 
+def plain_value(value: Any) -> Any:
+    """A TOML-writable form of `value`: numbers, strings, small 0-d/1-d arrays as
+    numbers or lists (float32 as the shortest decimal that reads back exactly),
+    or None when TOML cannot hold it."""
+    if isinstance(value, bool | int | float | str):
+        return value
+    if hasattr(value, "dtype") and hasattr(value, "shape"):  # NumPy or JAX
+        array = np.asarray(value)
+        if array.dtype.kind not in "biuf" or array.ndim > 1 or array.size > 64:
+            return None
+        if array.dtype == np.float32:
+            values = [float(str(np.float32(x))) for x in array.ravel()]
+            return values[0] if array.ndim == 0 else values
+        return array.item() if array.ndim == 0 else array.tolist()
+    return None
+
+
 def _toml_key(key: str) -> str:
     bare = key.replace("_", "").replace("-", "").isalnum() and key.isascii()
-    return key if bare else _toml_value(key)
+    return key if bare else toml_value(key)
 
 
 def _toml_table(data: Mapping[str, Any], name: str, lines: list[str]) -> None:
@@ -374,7 +419,7 @@ def _toml_table(data: Mapping[str, Any], name: str, lines: list[str]) -> None:
     tables = {k: v for k, v in data.items() if isinstance(v, Mapping)}
     if name:
         lines.append(f"\n[{name}]")
-    lines.extend(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars.items())
+    lines.extend(f"{_toml_key(k)} = {toml_value(v)}" for k, v in scalars.items())
     for k, v in tables.items():
         _toml_table(v, f"{name}.{k}" if name else k, lines)
 
@@ -405,7 +450,7 @@ def describe() -> str:
             bound = _range(f.metadata.get("min"), f.metadata.get("above"))
             kind = f"{kind} {bound}" if bound else kind
             rows.append(
-                f"  {section.name}.{f.name} = {_toml_value(value)}"
+                f"  {section.name}.{f.name} = {toml_value(value)}"
                 f"  # {kind}; {f.metadata['help']}"
             )
     return "\n".join(rows)

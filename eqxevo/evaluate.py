@@ -1,36 +1,5 @@
-"""Population fitness: vmap over genomes, shared or per-genome episodes, devices.
-
-`evaluate(key, fitness_fn, population)` maps a user's `fitness_fn(genome, key)`
-over a population with `eqx.filter_vmap`. Only the evolvable leaves are mapped;
-static leaves (topology, functions, configuration) are closed over, so the
-population shares one copy.
-
-Which key each genome gets (`episodes=`):
-
-- `"shared"` (default): every genome gets `fold_in(key, 0)`, so a generation's
-  genomes all play the same episodes (common random numbers, as evosax's
-  `GymnaxProblem` and EvoJAX do). Two equal genomes get equal fitness, and
-  selection compares genomes rather than their luck.
-- `"per_genome"`: genome i gets `fold_in(key, i)`, its own episodes.
-- an integer array of P episode ids: genome i gets `fold_in(key, ids[i])`;
-  genomes with one id share their episodes. `Strategy.episode_ids` gives the
-  ids under which an algorithm's mirrored pairs share (what `evolve` uses for
-  `"per_genome"`).
-
-Shared episodes are episode id 0 for every genome, and each genome derives its
-key itself, inside the population vmap. Handing every genome one unbatched key
-instead would compute the environment's random draws once for the population,
-but those draws would then be fused into the batched computation differently
-for every batch width, and the fitness would change in its last bits with
-`batch_size` and the device count (measured; see docs/reproducibility.md).
-
-A genome's key depends on its index (or id) alone, never on how the population
-is split into micro-batches (`batch_size=`) or over devices (`mesh=`). Whether
-its *bits* do too is written, per case, in docs/reproducibility.md.
-
-A fitness function may also be a population-level evaluation (an
-`AbstractPopulationFitness`, such as `eqxevo.MultiFidelity`), which receives the
-whole population and decides what to evaluate.
+"""Population fitness: vmap over genomes, episodes, blocks and devices
+(docs/architecture.md, "Evaluation"; the bits: docs/reproducibility.md).
 """
 
 import abc
@@ -45,7 +14,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax.sharding import Mesh
 
-from ._deprecated import key_first
+from ._checks import one_of, optional_positive_int
 from ._types import Array, Fitness, Int, Population, PRNGKey, PRNGKeys, PyTree
 from .fitness import fitness_dtype
 from .sharding import check_divisible, mesh_size, shard_population
@@ -73,29 +42,9 @@ def population_size_of(population: Population, filter_spec: Any) -> int:
 
 
 BLOCK_ALIGN = 16
-"""Evaluation blocks are a multiple of this many genomes (padded with copies).
-
-XLA:CPU vectorises a batched loop over the population by the CPU's vector
-width (16 float32 lanes with AVX-512) and runs what is left over in a scalar
-remainder loop, whose transcendental and multiply-add code gives other last
-bits. A block of 8 genomes on an AVX-512 machine runs wholly in that remainder,
-a block of 16 wholly vectorised. With every block a multiple of 16, each genome
-takes the same path whatever the batch size or device count, so its fitness has
-the same bits (measured: docs/reproducibility.md)."""
-
-
-def check_batch_size(batch_size: Any) -> None:
-    """Raise a clear error unless `batch_size` is None or a positive Python int."""
-    if batch_size is not None and (
-        not isinstance(batch_size, int)
-        or isinstance(batch_size, bool)
-        or batch_size < 1
-    ):
-        raise ValueError(
-            "batch_size must be None (the whole population at once) or a positive "
-            f"Python int (rounded up to a multiple of {BLOCK_ALIGN}); got "
-            f"{batch_size!r}"
-        )
+"""Evaluation blocks are a multiple of this many genomes (padded with copies), so
+every genome runs XLA:CPU's vectorised loop, never its scalar remainder, whatever
+the batch size or device count (docs/reproducibility.md)."""
 
 
 def block_width(count: int, batch_size: int | None) -> int:
@@ -105,24 +54,55 @@ def block_width(count: int, batch_size: int | None) -> int:
     return -(-wanted // BLOCK_ALIGN) * BLOCK_ALIGN
 
 
-def episode_ids(episodes: Any, population_size: int) -> Int[Array, " pop"] | None:
-    """The episode id of each genome (None for shared episodes); checks `episodes`."""
-    if isinstance(episodes, str):
-        if episodes == "shared":
-            return None
-        if episodes == "per_genome":
+class EvalSettings(eqx.Module):
+    """How a population is evaluated: over which devices, in which blocks, on
+    whose episodes. Results never depend on `mesh` or `batch_size`.
+
+    Attributes:
+        mesh: split the population over this mesh's devices
+            (`eqxevo.population_mesh()`); None: one device.
+        batch_size: evaluate this many genomes at a time (per device) to bound
+            the lifetimes' memory, rounded up to a multiple of `BLOCK_ALIGN`;
+            None: the whole population at once.
+        episodes: `"shared"` (every genome gets `fold_in(key, 0)`),
+            `"per_genome"` (genome i gets `fold_in(key, i)`) or an integer array
+            of P episode ids (genome i gets `fold_in(key, ids[i])`).
+    """
+
+    mesh: Mesh | None = eqx.field(static=True, default=None)
+    batch_size: int | None = eqx.field(static=True, default=None)
+    episodes: Any = "shared"
+
+    def __check_init__(self) -> None:
+        if self.mesh is not None and not isinstance(self.mesh, Mesh):
+            raise TypeError(
+                "mesh must be a jax.sharding.Mesh (eqxevo.population_mesh()) or "
+                f"None; got {type(self.mesh).__name__}"
+            )
+        optional_positive_int("batch_size", self.batch_size, "the whole population")
+        if isinstance(self.episodes, str):
+            one_of("episodes", self.episodes, EPISODES)
+
+    def episode_ids(self, population_size: int) -> Int[Array, " pop"] | None:
+        """The episode id of each genome (None for shared episodes); checks them."""
+        if isinstance(self.episodes, str):
+            if self.episodes == "shared":
+                return None
             return jnp.arange(population_size, dtype=jnp.int32)
-        raise ValueError(
-            f"episodes must be 'shared', 'per_genome' or an integer array of "
-            f"{population_size} episode ids; got {episodes!r}"
-        )
-    ids = np.asarray(episodes) if not isinstance(episodes, jax.Array) else episodes
-    if ids.shape != (population_size,) or not jnp.issubdtype(ids.dtype, jnp.integer):
-        raise ValueError(
-            f"episodes: an array of episode ids needs shape ({population_size},) and "
-            f"an integer dtype; got {ids.dtype}{list(ids.shape)}"
-        )
-    return jnp.asarray(ids, jnp.int32)
+        ids = jnp.asarray(self.episodes)
+        if ids.shape != (population_size,) or not jnp.issubdtype(
+            ids.dtype, jnp.integer
+        ):
+            raise ValueError(
+                f"episodes: an array of episode ids needs shape ({population_size},) "
+                f"and an integer dtype; got {ids.dtype}{list(ids.shape)}"
+            )
+        return ids.astype(jnp.int32)
+
+    def check(self, population_size: int) -> None:
+        """Raise a clear error unless a population of this size can be evaluated."""
+        check_divisible("population size", population_size, mesh_size(self.mesh))
+        self.episode_ids(population_size)
 
 
 # -- what a fitness function may return ---------------------------------------------
@@ -186,6 +166,8 @@ def _vmap_in_blocks(one: Callable[..., Any], args: Any, batch_size: int | None) 
     width = block_width(count, batch_size)
     num_blocks = -(-count // width)
     total = num_blocks * width
+    # Padding repeats the last genome: real work, thrown away, but every block runs
+    # the same vectorised code (BLOCK_ALIGN).
     if total != count:
         take = jnp.minimum(jnp.arange(total), count - 1)
         args = jtu.tree_map(lambda x: x[take], args)
@@ -211,15 +193,13 @@ def evaluate_genomes(
     evolvable: Any,
     static: Any,
     ids: Int[Array, " n"] | None,
-    *,
-    mesh: Mesh | None = None,
-    batch_size: int | None = None,
+    settings: EvalSettings,
 ) -> tuple[Array, Any]:
     """Evaluate the genomes whose evolvable parts are `evolvable` (leading axis n).
 
     The building block of `evaluate` and of population-level evaluations.
     Genome j gets `fold_in(key, ids[j])` (`ids` None: shared episodes, id 0),
-    wherever it runs.
+    wherever it runs; `settings` gives the devices and the block size.
     """
     # Arrays reach the devices as explicit shard_map operands (replicated), the
     # rest (functions, configuration) is closed over. This includes arrays held
@@ -240,9 +220,11 @@ def evaluate_genomes(
             genome = eqx.combine(genome_evolvable, static)
             return _split_output(fn(genome, jr.fold_in(key, episode)))
 
-        return _vmap_in_blocks(one, (genomes, genome_ids), batch_size)
+        return _vmap_in_blocks(one, (genomes, genome_ids), settings.batch_size)
 
-    fitness, aux = shard_population(local, mesh)(
+    # Each device evaluates its slice of the genomes; the result is gathered whole
+    # on every device, so selection (ask/tell) needs no communication.
+    fitness, aux = shard_population(local, settings.mesh)(
         (evolvable, ids), (key, static_arrays, fn_arrays)
     )
     return fitness.astype(fitness_dtype(fitness.dtype)), aux
@@ -262,16 +244,15 @@ class AbstractPopulationFitness(eqx.Module):
         evolvable: Any,
         static: Any,
         ids: Int[Array, " pop"] | None,
+        settings: EvalSettings,
         *,
         maximize: bool,
-        mesh: Mesh | None,
-        batch_size: int | None,
     ) -> tuple[Fitness, PyTree]:
         """`(fitness, aux)` of a population (see `evaluate_genomes` for the args)."""
 
-    def check(self, population_size: int, mesh: Mesh | None = None) -> None:
+    def check(self, population_size: int, settings: EvalSettings) -> None:
         """Raise a clear error if this evaluation cannot run on such a population."""
-        del population_size, mesh
+        del population_size, settings
 
     def agent_steps(self, population_size: int) -> int | None:
         """Agent-steps one generation spends, when known (for the history)."""
@@ -279,8 +260,6 @@ class AbstractPopulationFitness(eqx.Module):
         return None
 
 
-@key_first(old_position=2)
-@eqx.filter_jit
 def evaluate(
     key: PRNGKey,
     fitness_fn: Callable[..., Any] | AbstractPopulationFitness,
@@ -305,16 +284,9 @@ def evaluate(
             the population axis). `Strategy.filter_spec` holds it.
         maximize: the fitness sign (`Strategy.maximize`); needed by a
             `MultiFidelity` to know which genomes are best, unused otherwise.
-        mesh: split the population over this mesh's devices
-            (`eqxevo.population_mesh()`); P must be a multiple of its size. The
-            result is whole (replicated) on every device.
-        batch_size: evaluate this many genomes at a time (per device) instead of
-            all at once, to bound the memory of the lifetimes' state; rounded up
-            to a multiple of `BLOCK_ALIGN` (16). P need not be a multiple of it
-            (the last block is padded).
-        episodes: `"shared"` (every genome gets `fold_in(key, 0)`),
-            `"per_genome"` (genome i gets `fold_in(key, i)`) or an integer array
-            of P episode ids (genome i gets `fold_in(key, ids[i])`).
+        mesh, batch_size, episodes: how to evaluate (see `EvalSettings`); P must
+            be a multiple of the mesh's size, not of `batch_size`. The result is
+            whole (replicated) on every device.
 
     Returns:
         `(fitness, aux)`: fitness `Float[Array, "P"]` (float32 or wider) and the
@@ -325,11 +297,33 @@ def evaluate(
         >>> fitness, aux = eqxevo.evaluate(key, f, population)
         >>> fitness, aux = eqxevo.evaluate(key, f, population, batch_size=32)
     """
-    check_batch_size(batch_size)
+    settings = EvalSettings(mesh=mesh, batch_size=batch_size, episodes=episodes)
+    return evaluate_with(
+        key,
+        fitness_fn,
+        population,
+        settings,
+        filter_spec=filter_spec,
+        maximize=maximize,
+    )
+
+
+@eqx.filter_jit
+def evaluate_with(
+    key: PRNGKey,
+    fitness_fn: Callable[..., Any] | AbstractPopulationFitness,
+    population: Population,
+    settings: EvalSettings,
+    *,
+    filter_spec: Any = eqx.is_inexact_array,
+    maximize: bool | None = None,
+) -> tuple[Fitness, PyTree]:
+    """`evaluate` with its settings as one object (what `evolve` and held-out
+    evaluation call)."""
     evolvable, static = eqx.partition(population, filter_spec)
     size = population_size_of(population, filter_spec)
-    check_divisible("population size", size, mesh_size(mesh))
-    ids = episode_ids(episodes, size)
+    settings.check(size)
+    ids = settings.episode_ids(size)
     if isinstance(fitness_fn, AbstractPopulationFitness):
         if maximize is None:
             raise ValueError(
@@ -337,24 +331,16 @@ def evaluate(
                 "fitness is better; pass maximize=True or False (strategy.maximize); "
                 "got None"
             )
-        fitness_fn.check(size, mesh)
+        fitness_fn.check(size, settings)
         return fitness_fn.evaluate_population(
-            key,
-            evolvable,
-            static,
-            ids,
-            maximize=maximize,
-            mesh=mesh,
-            batch_size=batch_size,
+            key, evolvable, static, ids, settings, maximize=maximize
         )
     if not callable(fitness_fn):
         raise TypeError(
             "fitness_fn must be callable as fitness_fn(genome, key); got "
             f"{type(fitness_fn).__name__}"
         )
-    return evaluate_genomes(
-        key, fitness_fn, evolvable, static, ids, mesh=mesh, batch_size=batch_size
-    )
+    return evaluate_genomes(key, fitness_fn, evolvable, static, ids, settings)
 
 
 __all__ = [
@@ -362,11 +348,11 @@ __all__ = [
     "EPISODES",
     "AbstractPopulationFitness",
     "Episodes",
+    "EvalSettings",
     "block_width",
-    "check_batch_size",
-    "episode_ids",
     "evaluate",
     "evaluate_genomes",
+    "evaluate_with",
     "genome_keys",
     "population_size_of",
 ]

@@ -1,10 +1,5 @@
-"""Multi-fidelity evaluation: a cheap proxy for every genome, in full for the best k.
-
-The seed's recipe (000, section 4): compute a rung-1 proxy fitness for every
-genome as one vectorised batch, promote the best k on device, and evaluate only
-those fully. `MultiFidelity` is an `AbstractPopulationFitness`, so it goes
-wherever a fitness function goes (`evaluate`, `evolve`); `promote` and
-`combine_fidelities` are its two steps, with NumPy references in the tests.
+"""Multi-fidelity evaluation (`MultiFidelity`): a cheap proxy for every genome, in
+full for the best k; `promote` and `combine_fidelities` are its two steps.
 """
 
 from collections.abc import Callable
@@ -14,10 +9,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jax.sharding import Mesh
 
+from ._checks import positive_int
 from ._types import Array, Bool, Fitness, Float, Int, PRNGKey, PyTree
-from .evaluate import AbstractPopulationFitness, evaluate_genomes
+from .evaluate import AbstractPopulationFitness, EvalSettings, evaluate_genomes
 from .sharding import check_divisible, mesh_size
 
 
@@ -68,9 +63,7 @@ class MultiFidelity(AbstractPopulationFitness):
                     f"got {type(getattr(self, name)).__name__}"
                 )
         for name in ("num_promoted", "proxy_steps", "full_steps"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive Python int; got {value!r}")
+            positive_int(name, getattr(self, name))
 
     def agent_steps(self, population_size: int) -> int | None:
         """Agent-steps one generation spends: `P * proxy_steps + k * full_steps`."""
@@ -80,14 +73,14 @@ class MultiFidelity(AbstractPopulationFitness):
         """Agent-steps a single-fidelity full evaluation spends: `P * full_steps`."""
         return population_size * self.full_steps
 
-    def check(self, population_size: int, mesh: Mesh | None = None) -> None:
+    def check(self, population_size: int, settings: EvalSettings) -> None:
         """Raise a clear error if k does not fit a population of this size/mesh."""
         if self.num_promoted > population_size:
             raise ValueError(
                 f"num_promoted={self.num_promoted} must be at most the population "
                 f"size {population_size}"
             )
-        check_divisible("num_promoted", self.num_promoted, mesh_size(mesh))
+        check_divisible("num_promoted", self.num_promoted, mesh_size(settings.mesh))
 
     def evaluate_population(
         self,
@@ -95,10 +88,9 @@ class MultiFidelity(AbstractPopulationFitness):
         evolvable: Any,
         static: Any,
         ids: Int[Array, " pop"] | None,
+        settings: EvalSettings,
         *,
         maximize: bool,
-        mesh: Mesh | None,
-        batch_size: int | None,
     ) -> tuple[Fitness, PyTree]:
         """Both rungs; fitness is the combined fitness and aux is a dict:
         `proxy` (every genome's proxy fitness), `promoted` (bool mask of the k
@@ -106,7 +98,7 @@ class MultiFidelity(AbstractPopulationFitness):
         `full_aux` is zero for genomes not promoted)."""
         size = jtu.tree_leaves(evolvable)[0].shape[0]
         proxy, proxy_aux = evaluate_genomes(
-            key, self.proxy_fn, evolvable, static, ids, mesh=mesh, batch_size=batch_size
+            key, self.proxy_fn, evolvable, static, ids, settings
         )
         promoted = promote(proxy, self.num_promoted, maximize)
         # The proxy fitness is whole on every device, so is `promoted`: the gather
@@ -118,8 +110,7 @@ class MultiFidelity(AbstractPopulationFitness):
             chosen,
             static,
             None if ids is None else ids[promoted],
-            mesh=mesh,
-            batch_size=batch_size,
+            settings,
         )
         dtype = jnp.promote_types(proxy.dtype, full.dtype)
         fitness, mask = combine_fidelities(

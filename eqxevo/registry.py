@@ -1,10 +1,5 @@
-"""Strategy lookup: evosax name | class | instance | preset | "module:Class".
-
-`resolve(algorithm)` turns whatever the user passed as `algorithm` into a
-`Resolved` record: the evosax class (or a ready instance), the constructor keyword
-arguments and the `Params` overrides a preset carries, and where it came from.
-Presets are TOML files, one per strategy, shipped in the wheel (`strategies/` in the
-repository). `strategies()` lists everything usable by name.
+"""Every name lookup: strategies (evosax name | class | instance | preset |
+"module:Class"), environments, networks, and the catalogue `--help` prints.
 """
 
 import dataclasses
@@ -12,20 +7,23 @@ import difflib
 import functools
 import importlib
 import inspect
-import tomllib
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import optax
+from .config import ConfigError, plain_value, toml_value
+from .presets import (
+    Preset,
+    PresetError,
+    kwarg_value,
+    load_preset,
+    preset_dir,
+    preset_names,
+)
 
 if TYPE_CHECKING:
     from evosax.algorithms.base import EvolutionaryAlgorithm
 
 Family = Literal["distribution", "population", "stein"]
-
-SHAPING_NAMES = ("identity", "centered_rank", "weights", "standardize", "normalize")
-"""Fitness-shaping functions a preset may name (evosax.core.fitness_shaping)."""
 
 
 # Importing evosax's algorithms starts JAX's backends (they build arrays at import
@@ -45,22 +43,8 @@ def _base_class() -> type["EvolutionaryAlgorithm"]:
     return EvolutionaryAlgorithm
 
 
-def fitness_shaping_fn(name: str) -> Any:
-    """The evosax fitness-shaping function called `name` (see `SHAPING_NAMES`)."""
-    from evosax.core import fitness_shaping
-
-    return getattr(fitness_shaping, f"{name}_fitness_shaping_fn")
-
-
-_PRESET_KEYS = {"algorithm", "description", "paper", "kwargs", "params"}
-
-
-class PresetError(ValueError):
-    """A preset TOML file is malformed; the message names the file and the key."""
-
-
 @dataclasses.dataclass(frozen=True)
-class Resolved:
+class StrategySpec:
     """What `algorithm=` resolved to.
 
     Attributes:
@@ -108,139 +92,6 @@ def family_of(cls: type["EvolutionaryAlgorithm"]) -> Family:
     return "distribution"
 
 
-# -- presets ----------------------------------------------------------------------
-
-
-def preset_dir() -> Path:
-    """Folder holding the shipped presets (inside the wheel, or the source tree)."""
-    shipped = Path(str(resources.files("eqxevo"))) / "_presets"
-    if shipped.is_dir():
-        return shipped
-    return Path(__file__).resolve().parent.parent / "strategies"
-
-
-def preset_names() -> list[str]:
-    """Names of the shipped presets (file stems, lower case)."""
-    folder = preset_dir()
-    return sorted(p.stem for p in folder.glob("*.toml")) if folder.is_dir() else []
-
-
-def _fail(path: Path, msg: str) -> PresetError:
-    return PresetError(f"preset {path}: {msg}")
-
-
-def _build_value(path: Path, key: str, value: Any) -> Any:
-    """Turn a TOML value into a constructor argument (optax objects, shaping fns)."""
-    if key == "fitness_shaping_fn":
-        spec = {"name": value} if isinstance(value, str) else value
-        if not isinstance(spec, dict) or set(spec) - {"name", "weight_decay"}:
-            raise _fail(
-                path,
-                f"kwargs.fitness_shaping_fn must be a name or "
-                f"{{name = ..., weight_decay = ...}}; got {value!r}",
-            )
-        name = spec.get("name")
-        if name not in SHAPING_NAMES:
-            raise _fail(
-                path,
-                f"kwargs.fitness_shaping_fn name {name!r} is not one of "
-                f"{sorted(SHAPING_NAMES)}",
-            )
-        fn = fitness_shaping_fn(name)
-        if "weight_decay" in spec:
-            from evosax.core import fitness_shaping
-
-            fn = fitness_shaping.add_weight_decay(fn, float(spec["weight_decay"]))
-        return fn
-    from evosax.core import optimizer as evosax_optimizer
-
-    for namespace, module in (("optax", optax), ("evosax", evosax_optimizer)):
-        if isinstance(value, dict) and namespace in value:
-            args = {k: v for k, v in value.items() if k != namespace}
-            name = value[namespace]
-            factory = getattr(module, name, None) if isinstance(name, str) else None
-            if factory is None or not callable(factory) or name.startswith("_"):
-                raise _fail(
-                    path,
-                    f"kwargs.{key}: {module.__name__} has no public function {name!r}",
-                )
-            try:
-                return factory(**args)
-            except TypeError as err:
-                raise _fail(
-                    path, f"kwargs.{key}: {namespace}.{name}(**{args}) failed: {err}"
-                ) from err
-    if isinstance(value, dict):
-        raise _fail(
-            path,
-            f"kwargs.{key}: a table must name an optax or evosax optimizer factory, "
-            f"e.g. {{optax = 'adam', learning_rate = 0.01}} or "
-            f"{{evosax = 'clipup', learning_rate = 0.15, max_velocity = 0.3}}; "
-            f"got {value!r}",
-        )
-    return value
-
-
-def load_preset(path: str | Path) -> Resolved:
-    """Read and validate one preset TOML file.
-
-    Raises:
-        PresetError: the file is not valid TOML, names an unknown algorithm or key,
-            or gives a value of the wrong kind; the message names the file and key.
-    """
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise _fail(path, f"cannot be read as TOML: {err}") from err
-    unknown = set(data) - _PRESET_KEYS
-    if unknown:
-        raise _fail(
-            path, f"unknown keys {sorted(unknown)}; allowed {sorted(_PRESET_KEYS)}"
-        )
-    name = data.get("algorithm")
-    algorithms = evosax_algorithms()
-    if not isinstance(name, str) or name not in algorithms:
-        close = difflib.get_close_matches(str(name), list(algorithms), n=3)
-        raise _fail(
-            path,
-            f"algorithm = {name!r} is not an evosax algorithm"
-            + (f" (did you mean {', '.join(close)}?)" if close else ""),
-        )
-    cls = algorithms[name]
-    for table in ("kwargs", "params"):
-        if not isinstance(data.get(table, {}), dict):
-            raise _fail(path, f"[{table}] must be a table")
-    raw_kwargs = data.get("kwargs", {})
-    accepted = set(inspect.signature(cls.__init__).parameters) - {
-        "self",
-        "population_size",
-        "solution",
-    }
-    bad = set(raw_kwargs) - accepted
-    if bad:
-        raise _fail(
-            path,
-            f"[kwargs] {sorted(bad)} are not arguments of {name}; it accepts "
-            f"{sorted(accepted)}",
-        )
-    kwargs = {k: _build_value(path, k, v) for k, v in raw_kwargs.items()}
-    params = dict(data.get("params", {}))
-    for key, value in params.items():
-        if not isinstance(value, int | float | bool):
-            raise _fail(path, f"params.{key} must be a number; got {value!r}")
-    return Resolved(
-        name=path.stem,
-        cls=cls,
-        kwargs=kwargs,
-        raw_kwargs=dict(raw_kwargs),
-        params=params,
-        source=f"preset:{path}",
-        paper=str(data.get("paper", "")),
-        description=str(data.get("description", "")),
-    )
-
-
 # -- lookup -----------------------------------------------------------------------
 
 
@@ -263,8 +114,21 @@ def _import_class(spec: str) -> type["EvolutionaryAlgorithm"]:
     return obj
 
 
-def resolve(algorithm: Any) -> Resolved:
-    """Resolve `algorithm=` (see `Strategy`) to a `Resolved` record.
+def _from_preset(preset: Preset) -> StrategySpec:
+    return StrategySpec(
+        name=preset.name,
+        cls=preset.cls,
+        kwargs=preset.kwargs,
+        raw_kwargs=preset.raw_kwargs,
+        params=preset.params,
+        source=f"preset:{preset.path}",
+        paper=preset.paper,
+        description=preset.description,
+    )
+
+
+def lookup_strategy(algorithm: Any) -> StrategySpec:
+    """Resolve `algorithm=` (see `Strategy`) to a `StrategySpec` record.
 
     Raises:
         ValueError: unknown name (with close matches), bad import spec, or a value
@@ -274,40 +138,44 @@ def resolve(algorithm: Any) -> Resolved:
     algorithms = evosax_algorithms()
     if isinstance(algorithm, _base_class()):
         cls = type(algorithm)
-        return Resolved(cls.__name__, cls, instance=algorithm, source="instance")
+        return StrategySpec(cls.__name__, cls, instance=algorithm, source="instance")
     if inspect.isclass(algorithm):
         if not issubclass(algorithm, _base_class()):
             raise ValueError(
                 f"algorithm={algorithm!r} is a class but not a subclass of "
                 "evosax.algorithms.base.EvolutionaryAlgorithm"
             )
-        return Resolved(algorithm.__name__, algorithm, source="class")
+        return StrategySpec(algorithm.__name__, algorithm, source="class")
     if isinstance(algorithm, Path):
-        return load_preset(algorithm)
+        return _from_preset(load_preset(algorithm))
     if not isinstance(algorithm, str):
         raise ValueError(
             f"algorithm={algorithm!r} ({type(algorithm).__name__}): expected an evosax "
             "name, an evosax class or instance, a preset name, a .toml path, or "
             "'package.module:Class'"
         )
+    # Names in order of precedence: evosax's own ("CMA_ES"), then the shipped
+    # presets ("cma_es"), then files and "module:Class" specs.
     if algorithm in algorithms:
-        return Resolved(algorithm, algorithms[algorithm], source="evosax")
+        return StrategySpec(algorithm, algorithms[algorithm], source="evosax")
     if algorithm in preset_names():
-        return load_preset(preset_dir() / f"{algorithm}.toml")
+        return _from_preset(load_preset(preset_dir() / f"{algorithm}.toml"))
     if algorithm.endswith(".toml") or Path(algorithm).is_file():
         if not Path(algorithm).is_file():
             raise ValueError(f"algorithm={algorithm!r}: no such preset file")
-        return load_preset(algorithm)
+        return _from_preset(load_preset(algorithm))
     if ":" in algorithm:
         cls = _import_class(algorithm)
-        return Resolved(cls.__name__, cls, source=f"import:{algorithm}")
+        return StrategySpec(cls.__name__, cls, source=f"import:{algorithm}")
     known = [*algorithms, *preset_names()]
     close = difflib.get_close_matches(algorithm, known, n=4, cutoff=0.5)
+    # difflib misses case-only differences ("Snes" for "SNES"): add them.
     close += [k for k in known if k.lower() == algorithm.lower() and k not in close]
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     raise ValueError(
         f"algorithm={algorithm!r} is not an evosax algorithm, a preset, a .toml file "
-        f"or 'module:Class'.{hint} See eqxevo.strategies() for the full list."
+        f"or 'module:Class'.{hint} `eqxevo strategies` (eqxevo.strategies() in "
+        "Python) lists them all."
     )
 
 
@@ -316,7 +184,8 @@ def strategies() -> list[StrategyInfo]:
     rows = []
     algorithms = evosax_algorithms()
     for name, cls in algorithms.items():
-        doc = (inspect.getdoc(cls) or name).splitlines()[0]
+        # the docstring's first paragraph: evosax wraps some summaries
+        doc = " ".join((inspect.getdoc(cls) or name).split("\n\n")[0].split())
         rows.append(StrategyInfo(name, "evosax", name, family_of(cls), doc))
     registry_name = {cls: name for name, cls in algorithms.items()}
     for name in preset_names():
@@ -331,3 +200,280 @@ def strategies() -> list[StrategyInfo]:
             )
         )
     return rows
+
+
+def strategy_help(name: str) -> str:
+    """What `eqxevo strategies NAME` prints: the algorithm (or preset), its family,
+    its `[strategy.params]` fields and its `[strategy.kwargs]` arguments."""
+    spec = lookup_strategy(name)
+    lines = [f"{spec.name}: {spec.cls.__name__} ({family_of(spec.cls)} family)"]
+    summary = spec.description or (inspect.getdoc(spec.cls) or "").split("\n")[0]
+    if summary:
+        lines.append(f"  {summary}")
+    if spec.paper:
+        lines.append(f"  paper: {spec.paper}")
+    if spec.raw_kwargs or spec.params:
+        lines.append(f"  preset kwargs: {toml_value(spec.raw_kwargs)}")
+        lines.append(f"  preset params: {toml_value(spec.params)}")
+    lines.append("[strategy.params] (evosax Params fields):")
+    lines.extend(f"  {row}" for row in _params_rows(spec.cls) or ["-"])
+    lines.append("[strategy.kwargs] (constructor arguments):")
+    kwargs = [
+        row
+        for row in signature_rows(spec.cls)
+        if not row.startswith(("population_size", "solution", "metrics_fn"))
+    ]
+    lines.extend(f"  {row}" for row in kwargs or ["-"])
+    return "\n".join(lines)
+
+
+# -- environments and networks ------------------------------------------------------
+
+ENVS: dict[str, str] = {
+    "chemotaxis": "eqxevo.envs.chemotaxis:Chemotaxis",
+    "foraging": "eqxevo.envs.foraging:Foraging",
+    "long_horizon": "eqxevo.envs.long_horizon:LongHorizon",
+}
+"""Environments by name; `env.name` may also be "gymnax:<id>" or "module:Class"."""
+
+NETS: dict[str, str] = {
+    "sparse_rate": "eqxevo.nets.factories:sparse_rate",
+    "sparse_lif": "eqxevo.nets.factories:sparse_lif",
+    "recurrent": "eqxevo.nets.recurrent:RecurrentPolicy",
+    "mlp": "eqxevo.nets.mlp:MLPPolicy",
+}
+"""Networks by name; `net.name` may also be "module:Class"."""
+
+_SIGNATURE_SKIP = {"self", "obs_size", "action_size", "key", "name"}
+"""Constructor arguments that are not options (sizes, keys, the gymnax id)."""
+
+
+def import_object(spec: str, key: str) -> Any:
+    """The object `"package.module:attr"` names; a `ConfigError` naming the config
+    `key` when it cannot be imported."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(f"{key} = {spec!r} cannot be imported: {err}") from err
+
+
+def _lookup(kind: str, name: str, table: dict[str, str]) -> Any:
+    if name in table:
+        return import_object(table[name], f"{kind}.name")
+    if ":" in name:
+        return import_object(name, f"{kind}.name")
+    close = difflib.get_close_matches(name, list(table), n=1)
+    raise ConfigError(
+        f"{kind}.name = {name!r} is unknown"
+        + (f" (did you mean {close[0]!r}?)" if close else "")
+        + f"; built in: {', '.join(sorted(table))}, or 'package.module:Class'"
+        + (", or 'gymnax:<environment id>'" if kind == "env" else "")
+    )
+
+
+def lookup_env(name: str) -> tuple[Any, dict[str, Any]]:
+    """`(constructor, fixed_kwargs)` of environment `name` (`env.name`).
+
+    Raises:
+        ConfigError: unknown name (with a close match) or unimportable class.
+    """
+    if name.startswith("gymnax:"):
+        return import_object("eqxevo.envs.gymnax:GymnaxEnv", "env.name"), {
+            "name": name.split(":", 1)[1]
+        }
+    return _lookup("env", name, ENVS), {}
+
+
+def lookup_net(name: str) -> Any:
+    """The constructor of network `name` (`net.name`): a class or factory called
+    as `constructor(obs_size, action_size, **options, key=key)`.
+
+    Raises:
+        ConfigError: unknown name (with a close match) or unimportable class.
+    """
+    return _lookup("net", name, NETS)
+
+
+def scalar_defaults(constructor: Any) -> dict[str, Any]:
+    """Constructor options with a plain scalar default (what TOML can hold)."""
+    try:
+        parameters = inspect.signature(constructor).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {
+        p.name: p.default
+        for p in parameters
+        if p.name not in _SIGNATURE_SKIP
+        and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+        and isinstance(p.default, bool | int | float | str)
+    }
+
+
+def effective_options(constructor: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """Every option of a network or environment constructor with the value it
+    takes given `options`: the user's values, else the constructor's defaults (a
+    factory that derives some, such as the sparse networks' `fan_in`, says so
+    itself)."""
+    from .nets import factories
+
+    if isinstance(constructor, factories.SparseNet):
+        return factories.effective_options(constructor, options)
+    return {**scalar_defaults(constructor), **options}
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """What an experiment's names stand for (see `lookup`).
+
+    Attributes:
+        env: the environment's constructor; `env_kwargs` its arguments.
+        env_options: every environment option with the value it takes.
+        net: the network's constructor (`net(obs_size, action_size, **options,
+            key=key)`); `net_options` every option with the value it takes.
+        strategy_kwargs: `[strategy.kwargs]` as constructor arguments (optax or
+            evosax optimizers and fitness-shaping functions built).
+    """
+
+    env: Any
+    env_kwargs: dict[str, Any]
+    env_options: dict[str, Any]
+    net: Any
+    net_options: dict[str, Any]
+    strategy_kwargs: dict[str, Any]
+
+
+def _strategy_kwargs(raw: Any) -> dict[str, Any]:
+    out = {}
+    for name, value in raw.items():
+        try:
+            out[name] = kwarg_value(Path("strategy.kwargs"), name, value)
+        except PresetError as err:
+            message = str(err).split(": ", 1)[-1].replace("kwargs.", "strategy.kwargs.")
+            raise ConfigError(message) from err
+    return out
+
+
+def lookup(experiment: Any) -> Parts:
+    """Every name an experiment config uses, looked up: its environment, network
+    and strategy constructor arguments (the algorithm itself is looked up by
+    `eqxevo.Strategy`, through `lookup_strategy`).
+
+    Raises:
+        ConfigError: an unknown name (with a close match), an unimportable class
+            or a malformed `[strategy.kwargs]` table.
+    """
+    env, fixed = lookup_env(experiment.env.name)
+    net = lookup_net(experiment.net.name)
+    env_options, net_options = (
+        dict(experiment.env.options),
+        dict(experiment.net.options),
+    )
+    return Parts(
+        env=env,
+        env_kwargs={**fixed, **env_options},
+        env_options=effective_options(env, env_options),
+        net=net,
+        net_options=effective_options(net, net_options),
+        strategy_kwargs=_strategy_kwargs(experiment.strategy.kwargs),
+    )
+
+
+# -- the catalogue for --help -------------------------------------------------------
+
+
+def signature_rows(constructor: Any) -> list[str]:
+    """`name: type = default` for each option of a constructor (TOML literals)."""
+    try:
+        parameters = inspect.signature(constructor).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    rows = []
+    for p in parameters:
+        if p.name in _SIGNATURE_SKIP or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        annotation = (
+            ""
+            if p.annotation is inspect.Parameter.empty
+            else inspect.formatannotation(p.annotation)
+        )
+        for long, short in (
+            ("collections.abc.", ""),
+            ("typing.", ""),
+            ("optax._src.base.", "optax."),
+            ("jax.jaxlib._jax.", ""),
+            ("jaxlib._jax.", ""),
+        ):
+            annotation = annotation.replace(long, short)
+        rows.append(
+            f"{p.name}: {annotation} = {_shown_default(p)}" if annotation else p.name
+        )
+    return rows
+
+
+def _shown_default(p: inspect.Parameter) -> str:
+    if p.default is inspect.Parameter.empty:
+        return "(required)"
+    if p.default is None:
+        return "(unset)"
+    try:
+        return toml_value(p.default)
+    except ConfigError:
+        pass
+    if p.name == "optimizer":
+        return '(default) or { optax = "adam", learning_rate = 0.01 }'
+    if p.name == "fitness_shaping_fn":
+        return '(default) or "centered_rank" | "weights" | "identity" | ...'
+    return "(Python only)"
+
+
+def _params_rows(cls: Any) -> list[str]:
+    """The fields of an evosax algorithm's Params dataclass, with their types."""
+    module = importlib.import_module(cls.__module__)
+    params_cls = getattr(module, "Params", None)
+    if params_cls is None or not dataclasses.is_dataclass(params_cls):
+        return []
+    out = []
+    for f in dataclasses.fields(params_cls):
+        tp = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", f.type)
+        tp = str(tp).replace("jax.Array", "Array").replace("jaxlib._Array", "Array")
+        out.append(f"{f.name}: {tp}")
+    return out
+
+
+def _env_params_row(cls: Any) -> str | None:
+    # Built from a default instance: a class that needs arguments has no row.
+    try:
+        params = cls().default_params()
+    except Exception:  # a catalogue line must never break --help
+        return None
+    values = {
+        f.name: plain_value(getattr(params, f.name)) for f in dataclasses.fields(params)
+    }
+    return "    params " + ", ".join(
+        f"{k} = {toml_value(v)}" for k, v in values.items() if v is not None
+    )
+
+
+def catalogue() -> str:
+    """The networks' and environments' options (defaults as TOML literals): the
+    second half of `eqxevo run --help`. Algorithms: `eqxevo strategies NAME`."""
+    lines = ["Networks ([net] name = ...; [net.options]):"]
+    for name in NETS:
+        lines.append(f"  {name}: " + ", ".join(signature_rows(lookup_net(name))))
+    lines.append("")
+    lines.append("Environments ([env] name = ...; [env.options]; [env.params]):")
+    for name in ENVS:
+        cls, _ = lookup_env(name)
+        lines.append(f"  {name}: options " + ", ".join(signature_rows(cls)))
+        row = _env_params_row(cls)
+        if row:
+            lines.append(row)
+    lines.append("  gymnax:<id>: any gymnax environment (the rl extra)")
+    lines.append("")
+    lines.append(
+        "Strategies ([strategy] name = ...): `eqxevo strategies` lists every "
+        "algorithm and preset; `eqxevo strategies NAME` its [strategy.params] and "
+        "[strategy.kwargs]."
+    )
+    return "\n".join(lines)

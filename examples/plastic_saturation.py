@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import jax.random as jr
 
 from eqxevo import config, experiment
-from eqxevo.experiment import load_best_genome
+from eqxevo.experiment import load_genome
 
 
 def lifetime(policy, env, params, key, steps, every=100):
@@ -75,7 +75,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.runs:
-        loaded = [load_best_genome(path) for path in args.runs]
+        loaded = [load_genome(path) for path in args.runs]
         built = loaded[0][0]
         # every array leaf batched: each seed has its own topology too
         genomes = jax.tree.map(

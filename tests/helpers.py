@@ -137,3 +137,40 @@ def mlp_regression(mlp, key):
     xs = jnp.linspace(-2.0, 2.0, 16)[:, None]
     targets = jnp.sin(xs) + 0.05 * jr.normal(key, xs.shape)
     return -jnp.mean((jax.vmap(mlp)(xs) - targets) ** 2)
+
+
+# -- small experiments (`eqxevo run` through the Python API and the CLI) ----------
+
+SMALL_EXPERIMENT = [
+    "net.name=mlp",
+    "net.options.width=8",
+    "net.options.depth=1",
+    "strategy.population_size=8",
+    "run.lifetime=40",
+    "run.generations=6",
+    "run.chunk_size=2",
+    "run.checkpoint_every=2",
+    # fixed chunks: checkpoints land on the same generations whatever the timing
+    "run.chunk_seconds=0",
+]
+"""A chemotaxis experiment that runs in seconds: an MLP, P=8, T=40, 6 generations."""
+
+
+def small_experiment(*extra: str):
+    """`SMALL_EXPERIMENT` with `--set` style overrides."""
+    from eqxevo import config
+
+    return config.load(None, [*SMALL_EXPERIMENT, *extra])
+
+
+def final_state(run_dir, like):
+    """`(generation, state)` of a run directory's newest checkpoint."""
+    from eqxevo import config
+    from eqxevo.checkpoint import Checkpointer
+
+    ckpt = Checkpointer(run_dir / "checkpoints")
+    generation, state = ckpt.restore(
+        like, ckpt.experiment(ckpt.latest()), ignore=config.RESUMABLE_CHANGES
+    )
+    ckpt.close()
+    return generation, state

@@ -40,6 +40,7 @@ lifetime = 40
 generations = 6
 chunk_size = 2
 checkpoint_every = 2
+chunk_seconds = 0
 """
 
 
@@ -64,15 +65,15 @@ _FINISHED: list[Finished] = []
 def finished_study(tmp_path_factory: pytest.TempPathFactory) -> Finished:
     """The tiny study, run once per process (test modules import this fixture,
     and each import is a fixture of its own: the cache makes them one run)."""
-    from eqxevo.evolve import _run_chunk
+    from eqxevo.program import run_chunk
     from eqxevo.study import load, run_study
 
     if _FINISHED:
         return _FINISHED[0]
     folder = tmp_path_factory.mktemp("study")
     file = write_study(folder)
-    before = eqx.debug.get_num_traces(_run_chunk)
+    before = eqx.debug.get_num_traces(run_chunk)
     run_study(load(file), folder / "out", quiet=True)
-    traces = eqx.debug.get_num_traces(_run_chunk) - before
+    traces = eqx.debug.get_num_traces(run_chunk) - before
     _FINISHED.append(Finished(file, folder / "out", traces))
     return _FINISHED[0]

@@ -272,8 +272,8 @@ def test_signals_at_every_moment_end_cleanly_with_a_true_message(tmp_path):
             ckpt = Checkpointer(run_dir / "checkpoints")
             restored, _ = ckpt.restore(
                 jax.eval_shape(like.initial_state),
-                config.to_dict(like.resolved),
-                ignore=experiment.RESUMABLE_CHANGES,
+                config.to_dict(like.experiment),
+                ignore=config.RESUMABLE_CHANGES,
             )
             ckpt.close()
             assert restored == generation, (name, last)
@@ -309,16 +309,39 @@ def test_help_shows_toml_literals_ranges_and_every_option():
     assert 'run.on_nonfinite = "rank_worst"  # "rank_worst" | "raise"' in text
     assert "strategy.init_scale = 0.1  # float > 0 and finite" in text
     assert "run.generations = 200  # int >= 1" in text
-    # every network's and environment's options, every algorithm's params
+    # every network's and environment's options; algorithms behind their name
     assert "  mlp: width: int = 32, depth: int = 2" in text
     assert "  sparse_rate: num_neurons: int = 64" in text
     assert "  foraging: options num_resources: int = 2" in text
     assert "max_speed = 0.01" in text
-    assert "  SNES: params std_init: " in text and "  SV_CMA_ES: params " in text
-    assert "num_populations: int = (required)" in text
+    assert "`eqxevo strategies NAME` its [strategy.params]" in text
+    assert "  SV_CMA_ES: params" not in text and len(text.splitlines()) < 100
+    snes = CliRunner().invoke(main, ["strategies", "SNES"]).output
+    assert snes.startswith("SNES: SNES (distribution family)\n")
+    assert "  std_init: " in snes
+    stein = CliRunner().invoke(main, ["strategies", "SV_CMA_ES"]).output
+    assert "num_populations: int = (required)" in stein
     # what --help shows, --set takes
     exp = config.load(None, ["run.reset_on_done=false", "sinks.wandb=true"])
     assert exp.run.reset_on_done is False and exp.sinks.wandb is True
+
+
+def test_the_command_list_and_strategies_read_as_one_tool():
+    text = CliRunner().invoke(main, ["--help"], terminal_width=80).output
+    listed = text.split("Commands:\n")[1].splitlines()
+    names = ["bench", "eval", "plot", "resume", "run", "strategies", "study"]
+    assert [line.split()[0] for line in listed] == names
+    assert not any(line.endswith("...") for line in listed)  # nothing cut short
+    study = CliRunner().invoke(main, ["study", "--help"], terminal_width=80).output
+    listed = study.split("Commands:\n")[1].splitlines()
+    assert len(listed) == 4 and not any(line.endswith("...") for line in listed)
+    bench = CliRunner().invoke(main, ["bench", "--help"]).output
+    assert bench.startswith("Usage: main bench [OPTIONS]") and "Examples:" in bench
+    rows = CliRunner().invoke(main, ["strategies"]).output
+    assert rows.startswith("eqxevo presets:\n")  # no blank line first
+    assert "Incremental Adapted Maximum-Likelihood Gaussian Model - " in rows
+    result = CliRunner().invoke(main, ["strategies", "CMA-ES"])
+    assert result.exit_code == 1 and "`eqxevo strategies`" in result.output
 
 
 def test_set_takes_toml_literals_everywhere():
@@ -370,7 +393,7 @@ def test_every_evosax_algorithm_builds_by_name_from_command_line_settings(name):
     built = experiment.build(config.load(None, items))
     assert built.strategy.name == name
     assert built.strategy.population_size == 8
-    assert config.load(None, items).strategy.kwargs == built.resolved.strategy.kwargs
+    assert config.load(None, items).strategy.kwargs == built.experiment.strategy.kwargs
 
 
 @pytest.mark.slow
@@ -529,10 +552,10 @@ def _eval(*args):
 def test_eval_prints_what_heldout_evaluate_gives_and_the_runs_final_record(
     evaluated_run,
 ):
-    from eqxevo.heldout import heldout_evaluate
+    from eqxevo.heldout import heldout_evaluate, heldout_keys
 
-    built, genome = experiment.load_best_genome(evaluated_run)
-    (key,) = experiment.heldout_keys(built)
+    built, genome = experiment.load_genome(evaluated_run)
+    (key,) = heldout_keys(built.key)
     direct = heldout_evaluate(
         key, built.fitness, genome, 6, filter_spec=built.strategy.filter_spec
     )

@@ -24,7 +24,8 @@ from hypothesis import given, settings
 
 import eqxevo
 from eqxevo import NonFiniteFitnessError, Strategy
-from eqxevo.evolve import _run_chunk, generation_keys
+from eqxevo.keys import generation_keys
+from eqxevo.program import run_chunk
 
 
 @functools.cache
@@ -209,12 +210,12 @@ def test_num_seeds_results_carry_a_seed_axis_and_share_static_leaves(key):
 
 def test_evolve_compiles_once_across_generations_and_calls(key):
     strategy = Strategy("snes", Net(key=key), 6)
-    before = eqx.debug.get_num_traces(_run_chunk)
+    before = eqx.debug.get_num_traces(run_chunk)
     # 23 generations in chunks of 5: four full chunks and a masked partial one.
     eqxevo.evolve(key, strategy, sphere, num_generations=23, chunk_size=5)
-    assert eqx.debug.get_num_traces(_run_chunk) == before + 1
+    assert eqx.debug.get_num_traces(run_chunk) == before + 1
     eqxevo.evolve(jr.fold_in(key, 1), strategy, sphere, num_generations=8, chunk_size=5)
-    assert eqx.debug.get_num_traces(_run_chunk) == before + 1
+    assert eqx.debug.get_num_traces(run_chunk) == before + 1
 
 
 def test_user_scan_of_ask_tell_traces_once(key):
@@ -378,15 +379,15 @@ def test_evolve_rejects_bad_arguments(kwargs, match, key):
 
 def test_equal_strategies_share_one_compilation(key):
     net = Net(key=key)
-    before = eqx.debug.get_num_traces(_run_chunk)
+    before = eqx.debug.get_num_traces(run_chunk)
     eqxevo.evolve(key, Strategy("open_es", net, 6), sphere, num_generations=2)
     # built again from the same preset (new evosax and optax objects): no retrace
     eqxevo.evolve(key, Strategy("open_es", net, 6), sphere, num_generations=2)
-    assert eqx.debug.get_num_traces(_run_chunk) == before + 1
+    assert eqx.debug.get_num_traces(run_chunk) == before + 1
     # other values of the genome do not matter either (they are the mean, an input)
     shifted = jax.tree.map(lambda x: x + 1 if eqx.is_inexact_array(x) else x, net)
     eqxevo.evolve(key, Strategy("open_es", shifted, 6), sphere, num_generations=2)
-    assert eqx.debug.get_num_traces(_run_chunk) == before + 1
+    assert eqx.debug.get_num_traces(run_chunk) == before + 1
     # a user's own optimizer object is compared by identity: a new program
     eqxevo.evolve(
         key,
@@ -394,7 +395,7 @@ def test_equal_strategies_share_one_compilation(key):
         sphere,
         num_generations=2,
     )
-    assert eqx.debug.get_num_traces(_run_chunk) == before + 2
+    assert eqx.debug.get_num_traces(run_chunk) == before + 2
 
 
 def test_random_search_default_sampler_depends_on_the_genome(key):
@@ -484,13 +485,13 @@ def test_evolve_checks_multi_fidelity_and_batch_size(key):
 def test_a_short_last_chunk_or_run_reuses_the_compiled_program(key):
     strategy = Strategy("snes", Net(key=key), 6)
     eqxevo.evolve(key, strategy, sphere, num_generations=10, chunk_size=5)
-    before = eqx.debug.get_num_traces(_run_chunk)
+    before = eqx.debug.get_num_traces(run_chunk)
     # fewer generations than one chunk, and a resumed run: the same program
     result = eqxevo.evolve(key, strategy, sphere, num_generations=3, chunk_size=5)
     eqxevo.evolve(
         key, strategy, sphere, num_generations=2, chunk_size=5, state=result.state
     )
-    assert eqx.debug.get_num_traces(_run_chunk) == before
+    assert eqx.debug.get_num_traces(run_chunk) == before
 
 
 def test_callback_can_stop_the_loop_after_its_chunk(key):
@@ -516,7 +517,7 @@ def test_align_ends_chunks_at_its_multiples_also_after_a_resume(key):
     strategy = strategy_for("snes")
     full = eqxevo.evolve(key, strategy, sphere, num_generations=11, chunk_size=4)
     ends = []
-    before = eqx.debug.get_num_traces(_run_chunk)
+    before = eqx.debug.get_num_traces(run_chunk)
     first = eqxevo.evolve(
         key,
         strategy,
@@ -538,9 +539,9 @@ def test_align_ends_chunks_at_its_multiples_also_after_a_resume(key):
         callback=lambda chunk: ends.append(chunk.generation),
     )
     assert ends == [3, 5, 6, 9, 11]
-    assert eqx.debug.get_num_traces(_run_chunk) == before  # no new program
+    assert eqx.debug.get_num_traces(run_chunk) == before  # no new program
     assert tree_equal(second.state, full.state)
-    with pytest.raises(ValueError, match="align must be a positive Python int"):
+    with pytest.raises(ValueError, match="align must be a positive int"):
         eqxevo.evolve(key, strategy, sphere, num_generations=2, align=0)
 
 
@@ -549,13 +550,13 @@ def test_host_work_on_a_chunk_overlaps_the_next_chunk(key, monkeypatch):
     # callback, so the device runs while the host works.
     events = []
     evolve_module = sys.modules["eqxevo.evolve"]
-    real = evolve_module._run_chunk
+    real = evolve_module.run_chunk
 
     def recording(*args, **kwargs):
         events.append("dispatch")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(evolve_module, "_run_chunk", recording)
+    monkeypatch.setattr(evolve_module, "run_chunk", recording)
     eqxevo.evolve(
         key,
         strategy_for("snes"),
@@ -714,8 +715,35 @@ def test_no_module_loops_over_generations_but_evolve():
                     f = node.func
                     name = getattr(f, "id", getattr(f, "attr", None))
                     keywords = {k.arg for k in node.keywords}
-                    if name in ("generation_step", "_run_chunk") or (
+                    if name in ("generation_step", "run_chunk") or (
                         name == "evolve" and "state" in keywords
                     ):
                         offenders.append(f"{path.relative_to(root)}:{node.lineno}")
     assert not offenders, f"loops over evolve: {offenders}"
+
+
+def test_adaptive_chunks_equal_fixed_chunks_and_compile_once():
+    strategy = eqxevo.Strategy("sep_cma_es", Net(key=jr.key(0)), 8)
+    fixed = eqxevo.evolve(
+        jr.key(1), strategy, noisy_sphere, num_generations=9, chunk_size=4
+    )
+    sizes = []
+    before = eqx.debug.get_num_traces(run_chunk)
+    adaptive = eqxevo.evolve(
+        jr.key(1),
+        strategy,
+        noisy_sphere,
+        num_generations=9,
+        chunk_size=4,
+        chunk_seconds=1e-9,  # every chunk is one generation
+        callback=lambda chunk: sizes.append(chunk.history["generation"].shape[0]),
+    )
+    assert sizes == [1] * 9
+    assert eqx.debug.get_num_traces(run_chunk) == before  # no new program
+    assert tree_equal(fixed.state, adaptive.state)
+    for key in ("best", "mean", "best_so_far"):
+        np.testing.assert_array_equal(fixed.history[key], adaptive.history[key])
+    with pytest.raises(ValueError, match="chunk_seconds must be a finite number > 0"):
+        eqxevo.evolve(
+            jr.key(1), strategy, noisy_sphere, num_generations=2, chunk_seconds=0.0
+        )

@@ -6,8 +6,15 @@ import pytest
 from helpers import Rosenbrock, transcendental
 
 import eqxevo
-from eqxevo.evolve import generation_keys, run_keys
-from eqxevo.heldout import heldout_evaluate, heldout_fitness, heldout_key, summarize
+from eqxevo.evaluate import EvalSettings
+from eqxevo.heldout import (
+    heldout_evaluate,
+    heldout_fitness,
+    heldout_key,
+    heldout_keys,
+    summarize,
+)
+from eqxevo.keys import generation_keys, run_keys, seed_keys
 
 
 def test_summary_matches_a_students_t_reference_on_fixed_data():
@@ -34,7 +41,9 @@ def test_heldout_fitness_is_one_lifetime_per_episode_key(key):
     for e in (0, 7, 19):
         want, _ = transcendental(genome, jr.fold_in(key, e))  # eager, unbatched
         np.testing.assert_allclose(values[e], float(want), rtol=1e-6)
-    again = heldout_fitness(key, transcendental, genome, 20, batch_size=16)
+    again = heldout_fitness(
+        key, transcendental, genome, 20, settings=EvalSettings(batch_size=16)
+    )
     np.testing.assert_array_equal(again, values)  # same bits in blocks
     result = heldout_evaluate(key, transcendental, genome, 20)
     assert result.mean == pytest.approx(float(np.mean(values.astype(np.float64))))
@@ -48,32 +57,30 @@ def _key_bytes(keys):
 
 
 def test_heldout_stream_is_disjoint_from_every_key_selection_uses():
-    # Everything evolve derives from a seed: the init and run keys, every
-    # generation's ask/evaluate/tell keys, and every genome's episode key (shared:
-    # id 0; per-genome: ids 0..P-1), for 50 generations of P = 64; against 256
-    # held-out episodes of the same seed.
+    # Everything evolve derives from a seed: the genome, init and run keys,
+    # every generation's ask/evaluate/tell keys, and every genome's episode key
+    # (shared: id 0; per-genome: ids 0..P-1), for 50 generations of P = 64;
+    # against 256 held-out episodes of the same seed.
     seed, generations, population = 3, 50, 64
-    root = jr.key(seed)
+    genome_key, root = seed_keys(seed)
     init_key, run_key = run_keys(root)
-    used = _key_bytes(jnp.stack([root, init_key, run_key]))
+    used = _key_bytes(jnp.stack([jr.key(seed), genome_key, root, init_key, run_key]))
     ids = jnp.arange(population)
     for g in range(generations):
         ask, evaluate_key, tell = generation_keys(run_key, g)
         used |= _key_bytes(jnp.stack([ask, evaluate_key, tell]))
         used |= _key_bytes(jax.vmap(jr.fold_in, (None, 0))(evaluate_key, ids))
-    held = heldout_key(seed)
+    held = heldout_key(root)
     episodes = jax.vmap(jr.fold_in, (None, 0))(held, jnp.arange(256))
     assert not used & _key_bytes(episodes)
     assert not used & _key_bytes(held[None])
-    # and the stream is a function of the seed alone
-    assert _key_bytes(heldout_key(seed)[None]) == _key_bytes(heldout_key(root)[None])
 
 
 def test_heldout_evaluation_of_an_evolved_mean(key):
     strategy = eqxevo.Strategy("SNES", Rosenbrock(5), 16, maximize=True)
     result = eqxevo.evolve(key, strategy, transcendental, num_generations=3)
     mean = strategy.mean(result.state)
-    held = heldout_evaluate(heldout_key(0), transcendental, mean, 32)
+    held = heldout_evaluate(heldout_key(key), transcendental, mean, 32)
     assert held.ci_low <= held.mean <= held.ci_high
     assert held.num_episodes == 32
 
@@ -96,10 +103,10 @@ def test_a_runs_heldout_keys_are_disjoint_from_its_selection_keys_per_seed():
             ask, evaluate_key, tell = generation_keys(run_keys_[seed], g)
             used |= _key_bytes(jnp.stack([ask, evaluate_key, tell]))
             used |= _key_bytes(jax.vmap(jr.fold_in, (None, 0))(evaluate_key, ids))
-    held = experiment.heldout_keys(built)
+    held = heldout_keys(built.key, 2)
     episodes = [jax.vmap(jr.fold_in, (None, 0))(k, jnp.arange(64)) for k in held]
     assert not used & (_key_bytes(episodes[0]) | _key_bytes(episodes[1]))
     assert not _key_bytes(episodes[0]) & _key_bytes(episodes[1])  # seeds differ
     # `--seed S` with S the run's own seed is the run's stream
-    again = experiment.heldout_keys(built, seed=exp.run.seed)
+    again = heldout_keys(seed_keys(exp.run.seed)[1], 2)
     assert _key_bytes(jnp.stack(again)) == _key_bytes(jnp.stack(held))

@@ -6,7 +6,8 @@ import pytest
 from evosax.algorithms import SNES, algorithms
 
 import eqxevo
-from eqxevo.registry import PresetError, load_preset, preset_dir, preset_names, resolve
+from eqxevo.presets import PresetError, load_preset, preset_dir, preset_names
+from eqxevo.registry import lookup_strategy
 
 REQUIRED_PRESETS = {
     "snes",
@@ -36,14 +37,14 @@ def test_strategies_lists_every_algorithm_and_preset():
 
 
 def test_resolve_accepts_every_form(tmp_path, monkeypatch):
-    assert resolve("CMA_ES").cls is algorithms["CMA_ES"]
-    assert resolve(SNES).cls is SNES
+    assert lookup_strategy("CMA_ES").cls is algorithms["CMA_ES"]
+    assert lookup_strategy(SNES).cls is SNES
     instance = SNES(population_size=4, solution=jnp.zeros(3))
-    assert resolve(instance).instance is instance
-    assert resolve("snes").source.startswith("preset:")
+    assert lookup_strategy(instance).instance is instance
+    assert lookup_strategy("snes").source.startswith("preset:")
     path = tmp_path / "mine.toml"
     path.write_text('algorithm = "SNES"\npaper = "x"\n[params]\nstd_init = 0.3\n')
-    assert resolve(str(path)).params == {"std_init": 0.3}
+    assert lookup_strategy(str(path)).params == {"std_init": 0.3}
     module = tmp_path / "my_es.py"
     module.write_text(
         textwrap.dedent(
@@ -55,7 +56,7 @@ def test_resolve_accepts_every_form(tmp_path, monkeypatch):
         )
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    resolved = resolve("my_es:MySNES")
+    resolved = lookup_strategy("my_es:MySNES")
     assert resolved.cls.__name__ == "MySNES" and issubclass(resolved.cls, SNES)
 
 
@@ -70,22 +71,22 @@ def test_preset_builds_optax_and_evosax_objects():
 
 def test_unknown_algorithm_names_close_matches():
     with pytest.raises(ValueError, match=r"'CMA_ES'.*strategies\(\)"):
-        resolve("CMA-ES")
+        lookup_strategy("CMA-ES")
     with pytest.raises(ValueError, match=r"'snes'|'SNES'"):
-        resolve("Snes")
+        lookup_strategy("Snes")
     with pytest.raises(ValueError, match="algorithm=3"):
-        resolve(3)
+        lookup_strategy(3)
 
 
 def test_import_spec_must_name_an_evosax_subclass(tmp_path, monkeypatch):
     (tmp_path / "not_es.py").write_text("class Thing:\n    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ValueError, match="not a subclass"):
-        resolve("not_es:Thing")
+        lookup_strategy("not_es:Thing")
     with pytest.raises(ValueError, match="no 'Missing'"):
-        resolve("not_es:Missing")
+        lookup_strategy("not_es:Missing")
     with pytest.raises(ValueError, match="cannot import"):
-        resolve("no_such_module_xyz:Thing")
+        lookup_strategy("no_such_module_xyz:Thing")
 
 
 @pytest.mark.parametrize(

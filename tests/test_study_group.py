@@ -3,9 +3,8 @@ import jax.numpy as jnp
 import pytest
 from study_fixtures import TINY, finished_study, write_study  # noqa: F401
 
-from eqxevo.evolve import _run_chunk
+from eqxevo.program import run_chunk
 from eqxevo.study import load, plan, run_study
-from eqxevo.study.group import traced
 from eqxevo.study.runner import run_dir
 from eqxevo.study.spec import from_dict
 
@@ -66,8 +65,8 @@ def test_max_runs_per_program_splits_a_group():
 
 
 def test_strategy_params_are_traced_arrays_whether_grouped_or_alone():
-    study, _ = _programs({"strategy.params.std_init": [0.05, 1]})
-    values = [traced(c.experiment).strategy.params["std_init"] for c in study.cells]
+    _, programs = _programs({"strategy.params.std_init": [0.05, 1]})
+    values = [m.built.strategy.params.std_init for m in programs[0].members]
     assert all(v.dtype == jnp.float32 for v in values)  # the int 1 became a float
 
 
@@ -86,9 +85,9 @@ def test_a_cell_gives_the_same_bits_grouped_and_alone(tmp_path, finished_study):
     )
     study = load(write_study(tmp_path, alone))
     assert [c.name for c in study.cells] == ["env.params.sensor_noise=0.3"]
-    before = eqx.debug.get_num_traces(_run_chunk)
+    before = eqx.debug.get_num_traces(run_chunk)
     run_study(study, tmp_path / "out", quiet=True)
-    assert eqx.debug.get_num_traces(_run_chunk) - before == 1
+    assert eqx.debug.get_num_traces(run_chunk) - before == 1
     grouped = load(finished_study.file)
     (run,) = study.runs
     (twin,) = [r for r in grouped.runs if r.id == f"base,{run.id}"]

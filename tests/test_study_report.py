@@ -46,15 +46,13 @@ CELLS = pd.DataFrame(
 )
 
 
+SCIPY = {"confidence_level": CONFIDENCE, "n_resamples": RESAMPLES}
+
+
 def _scipy_ci(*samples, statistic):
-    return stats.bootstrap(
-        samples,
-        statistic,
-        confidence_level=CONFIDENCE,
-        n_resamples=RESAMPLES,
-        method="percentile",
-        rng=np.random.default_rng(SEED),
-    ).confidence_interval
+    rng = np.random.default_rng(SEED)
+    ci = stats.bootstrap(samples, statistic, method="percentile", rng=rng, **SCIPY)
+    return ci.confidence_interval
 
 
 def test_summary_statistics_match_numpy_and_scipy_on_fixed_data():

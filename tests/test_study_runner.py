@@ -8,9 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import final_state
 from study_fixtures import TINY, finished_study, write_study  # noqa: F401
 
-from eqxevo import config
+from eqxevo import config, experiment
 from eqxevo.study import StudyError, load, run_study, status
 from eqxevo.study.report import RUN_COLUMNS, cells_table
 from eqxevo.study.runner import run_dir
@@ -18,9 +19,12 @@ from eqxevo.study.runner import run_dir
 
 def test_every_run_gets_a_run_directory(finished_study):  # noqa: F811
     study = load(finished_study.file)
-    for run in study.runs:
+    for i, run in enumerate(study.runs):
         path = run_dir(finished_study.out, run)
-        assert config.load(path / "config.toml") == run.experiment
+        written = config.load(path / "config.toml")
+        if i in (0, len(study.runs) - 1):  # one run of each program (builds cost)
+            assert written == experiment.build(run.experiment).experiment
+        assert written.run == run.experiment.run
         records = [
             json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()
         ]
@@ -29,7 +33,9 @@ def test_every_run_gets_a_run_directory(finished_study):  # noqa: F811
         assert summary["complete"] and summary["generations"] == 6
         assert summary["final_mean_fitness"] == records[-1]["mean"]
         assert summary["agent_steps"] == 8 * 40 * 6
-        assert (path / "best_genome.eqx").exists()
+        for name in ("best_genome.eqx", "mean_genome.eqx", "fitness.png"):
+            assert (path / name).exists(), name  # what a run's directory holds
+        assert summary["study_cell"] == run.cell.name and summary["seed"] == run.seed
         assert sorted(p.name for p in (path / "checkpoints").iterdir())[-1] == "6"
     assert status(finished_study.out)["done"] == 8
 
@@ -64,25 +70,30 @@ def _without_wall_time(table):
     return table.drop(columns=["wall_time_s"])
 
 
+def _study_run_until_records(file, out, log):
+    """`eqxevo study run FILE --out OUT` in a child process, returned as soon as
+    the first chunk's records are on disk (mid-program, while checkpoints,
+    metrics and summaries are being written)."""
+    command = [sys.executable, "-m", "eqxevo.cli", "study", "run"]
+    command += [str(file), "--out", str(out), "--quiet"]
+    with log.open("wb") as stderr:
+        child = subprocess.Popen(command, stderr=stderr)
+    deadline = time.monotonic() + 300
+    while not any(p.stat().st_size for p in out.rglob("metrics.jsonl")):
+        assert child.poll() is None, log.read_text()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return child
+
+
 def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_results(
     tmp_path,
     finished_study,  # noqa: F811
 ):
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "eqxevo.cli", "study", "run"]
-    command += [str(finished_study.file), "--out", str(out), "--quiet"]
-    log = tmp_path / "stderr.txt"
-    with log.open("wb") as stderr:
-        child = subprocess.Popen(command, stderr=stderr)
-        # Kill as soon as the first chunk's records are on disk: mid-program,
-        # while checkpoints, metrics and summaries are being written.
-        deadline = time.monotonic() + 300
-        while not any(p.stat().st_size for p in out.rglob("metrics.jsonl")):
-            assert child.poll() is None, log.read_text()
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
+    child = _study_run_until_records(finished_study.file, out, tmp_path / "log")
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
     assert status(out)["done"] < 8  # it was killed mid-study
     run_study(load(finished_study.file), out, quiet=True)
     study = load(finished_study.file)
@@ -96,8 +107,6 @@ def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_results(
 
 
 def test_an_interrupt_keeps_every_runs_last_chunk_and_resumes(tmp_path, monkeypatch):
-    from eqxevo.study import runner
-
     study = load(
         write_study(
             tmp_path,
@@ -106,7 +115,7 @@ def test_an_interrupt_keeps_every_runs_last_chunk_and_resumes(tmp_path, monkeypa
             ),
         )
     )
-    original = runner._RunFiles.chunk
+    original = experiment.Run.chunk
     calls = []
 
     def interrupt_after_two_chunks(self, generation, history, state):
@@ -115,7 +124,7 @@ def test_an_interrupt_keeps_every_runs_last_chunk_and_resumes(tmp_path, monkeypa
         if len(calls) == 2 * len(study.seeds):  # every run has two chunks
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner._RunFiles, "chunk", interrupt_after_two_chunks)
+    monkeypatch.setattr(experiment.Run, "chunk", interrupt_after_two_chunks)
     with pytest.raises(KeyboardInterrupt):
         run_study(study, tmp_path / "out", quiet=True)
     for run in study.runs:
@@ -123,7 +132,7 @@ def test_an_interrupt_keeps_every_runs_last_chunk_and_resumes(tmp_path, monkeypa
         summary = json.loads((path / "summary.json").read_text())
         assert not summary["complete"] and summary["generations"] == 4
         assert sorted(p.name for p in (path / "checkpoints").iterdir())[-1] == "4"
-    monkeypatch.setattr(runner._RunFiles, "chunk", original)
+    monkeypatch.setattr(experiment.Run, "chunk", original)
     assert run_study(study, tmp_path / "out", quiet=True)["done"] == 2
     assert all(
         len(
@@ -138,34 +147,33 @@ def test_a_complete_run_scores_its_final_genomes_on_held_out_lifetimes(
     finished_study,  # noqa: F811
 ):
     from eqxevo.heldout import heldout_evaluate, heldout_key
-    from eqxevo.study.group import build_run
-    from eqxevo.study.runner import HELDOUT_EPISODES, _RunFiles
 
     study = load(finished_study.file)
     run = study.runs[3]
-    summary = json.loads(
-        (run_dir(finished_study.out, run) / "summary.json").read_text()
-    )
+    path = run_dir(finished_study.out, run)
+    summary = json.loads((path / "summary.json").read_text())
     heldout = summary["heldout"]
     assert heldout["generation"] == 6
-    files = _RunFiles(finished_study.out, build_run(run))
-    state = files.restore(6)
-    files.checkpoints.close()
-    strategy, fitness = files.member.built.strategy, files.member.built.fitness
+    built = experiment.build(run.experiment)
+    _, state = final_state(path, built.initial_state())
+    episodes = run.experiment.run.eval_episodes  # the run's own setting
     for name, genome in (
-        ("mean", strategy.mean(state)),
-        ("best", strategy.best(state)),
+        ("mean", built.strategy.mean(state)),
+        ("best", built.strategy.best(state)),
     ):
-        want = heldout_evaluate(
-            heldout_key(run.seed), fitness, genome, HELDOUT_EPISODES
-        )
+        # the held-out stream of `eqxevo run` with this seed
+        want = heldout_evaluate(heldout_key(built.key), built.fitness, genome, episodes)
         got = heldout[name]
         assert (got["mean"], got["ci_low"], got["ci_high"]) == (
             want.mean,
             want.ci_low,
             want.ci_high,
         )
-        assert got["episodes"] == HELDOUT_EPISODES
+        assert got["episodes"] == episodes
+    # `eqxevo eval` on the study's run reproduces its record, for either genome
+    for name in ("best", "mean"):
+        evaluation, _, _ = experiment.eval_run(path, genome=name)
+        assert evaluation.result.mean == heldout[name]["mean"]
     # cells.csv reports the search mean's held-out figures, training apart
     row = cells_table(finished_study.out, study).iloc[3]
     assert row["heldout_genome"] == "mean"
@@ -174,21 +182,30 @@ def test_a_complete_run_scores_its_final_genomes_on_held_out_lifetimes(
     assert row["best_fitness"] == summary["best_fitness"]
 
 
-def test_the_report_scores_complete_runs_whose_summary_lacks_held_out(
-    tmp_path,
-    finished_study,  # noqa: F811
-):
-    out = tmp_path / "out"
-    shutil.copytree(finished_study.out, out)
-    study = load(finished_study.file)
-    path = run_dir(out, study.runs[0]) / "summary.json"
-    summary = json.loads(path.read_text())
-    del summary["heldout"]  # as an older eqxevo left it
-    path.write_text(json.dumps(summary))
-    got = cells_table(out, study)
-    want = cells_table(finished_study.out, study)
-    assert _without_wall_time(got).equals(_without_wall_time(want))
-    assert "heldout" in json.loads(path.read_text())
+def test_a_one_cell_study_and_eqxevo_run_record_the_same_numbers(tmp_path):
+    # The same experiment and seed, as a study's only run and through `eqxevo
+    # run`: the same held-out lifetimes, the same records, the same genomes.
+    # CMA_ES keeps float params that a study's axis turns into traced arrays.
+    text = (
+        TINY.replace("seeds = 2", "seeds = [1]")
+        .replace("[0.05, 0.3]", "[0.3]")
+        .replace('[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', "")
+        .replace("population_size = 8", 'population_size = 8\nname = "CMA_ES"')
+        .replace("[run]", "[run]\neval_every = 4\neval_episodes = 5")
+    )
+    study = load(write_study(tmp_path, text))
+    (run,) = study.runs
+    run_study(study, tmp_path / "study", quiet=True)
+    experiment.run_experiment(run.experiment, tmp_path / "alone", quiet=True)
+    mine, theirs = run_dir(tmp_path / "study", run), tmp_path / "alone"
+    assert (mine / "metrics.jsonl").read_text() == (
+        theirs / "metrics.jsonl"
+    ).read_text()
+    assert (mine / "config.toml").read_text() == (theirs / "config.toml").read_text()
+    a, b = (json.loads((p / "summary.json").read_text()) for p in (mine, theirs))
+    assert a["heldout"] == b["heldout"] and a["heldout"]["best"]["episodes"] == 5
+    for name in ("best_genome.eqx", "mean_genome.eqx"):
+        assert (mine / name).read_bytes() == (theirs / name).read_bytes()
 
 
 def test_sigterm_stops_after_the_running_chunk_with_every_run_saved(tmp_path):
@@ -199,19 +216,10 @@ def test_sigterm_stops_after_the_running_chunk_with_every_run_saved(tmp_path):
             '[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', ""
         ),
     )
-    out = tmp_path / "out"
-    command = [sys.executable, "-m", "eqxevo.cli", "study", "run"]
-    command += [str(file), "--out", str(out), "--quiet"]
-    log = tmp_path / "stderr.txt"
-    with log.open("wb") as stderr:
-        child = subprocess.Popen(command, stderr=stderr)
-        deadline = time.monotonic() + 300
-        while not any(p.stat().st_size for p in out.rglob("metrics.jsonl")):
-            assert child.poll() is None, log.read_text()
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        child.send_signal(signal.SIGTERM)
-        assert child.wait(timeout=300) == 143, log.read_text()
+    out, log = tmp_path / "out", tmp_path / "stderr.txt"
+    child = _study_run_until_records(file, out, log)
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=300) == 143, log.read_text()
     assert "SIGTERM: stopping after the chunk" in log.read_text()
     assert "Continue with the same command" in log.read_text()
     study = load(file)

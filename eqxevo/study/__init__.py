@@ -1,11 +1,4 @@
-"""Studies: ablation matrices (seeds x axes x arms) as one command.
-
-A study file (`spec`) expands into cells and runs; runs that differ only in
-array values share one compiled program (`group`); a program runs through one
-`evolve(..., runs=R)` and keeps a directory per run (`runner`); executors run
-programs here or as a SLURM job array (`executor`); `status` and `report`
-read the output folder. docs/studies.md is the guide.
-"""
+"""Studies: ablation matrices (seeds x axes x arms) as one command (docs/studies.md)."""
 
 from .executor import (
     LocalExecutor as LocalExecutor,

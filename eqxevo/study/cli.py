@@ -7,11 +7,7 @@ from typing import Any
 
 import click
 
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-def _fail(err: Exception) -> None:
-    raise click.ClickException(str(err)) from err
+from .._cli import CONTEXT, fail
 
 
 def _load(file: str) -> Any:
@@ -20,7 +16,7 @@ def _load(file: str) -> Any:
     try:
         return load(file)
     except StudyError as err:
-        _fail(err)
+        fail(err)
 
 
 def _out(study: Any, out: str | None) -> Path:
@@ -29,18 +25,11 @@ def _out(study: Any, out: str | None) -> Path:
 
 @click.group(context_settings=CONTEXT)
 def study() -> None:
-    """Studies: seeds x axes x arms of one experiment, as one command.
+    """Run seeds x axes x arms of one experiment as a study.
 
-    \b
-    A study file is an experiment TOML plus a [study] table (see docs/studies.md):
-      [study]
-      name = "plasticity"
-      seeds = 5
-      [study.axes]
-      "env.params.sensor_noise" = [0.05, 0.3]
-      [[study.arms]]
-      name = "no-plasticity"
-      "net.options.plasticity" = false
+    A study file is an experiment TOML plus a [study] table: its seeds, axes (a
+    full factorial over any config keys) and arms (named ablations, several keys
+    at once). docs/studies.md is the reference; examples/studies/ has examples.
 
     \b
     Examples:
@@ -51,13 +40,22 @@ def study() -> None:
     """
 
 
+def _file_and_out(out_help: str) -> Any:
+    """The FILE argument and --out option of `study plan` and `study run`."""
+
+    def decorate(command: Any) -> Any:
+        command = click.option(
+            "--out", type=click.Path(file_okay=False), help=out_help
+        )(command)
+        return click.argument("file", type=click.Path(exists=True, dir_okay=False))(
+            command
+        )
+
+    return decorate
+
+
 @study.command(context_settings=CONTEXT)
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False),
-    help="Output folder, to report runs done (default: studies/<name>).",
-)
+@_file_and_out("Output folder, to report runs done (default: studies/<name>).")
 @click.option(
     "--measure",
     is_flag=True,
@@ -66,7 +64,9 @@ def study() -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plan(file: str, out: str | None, measure: bool, as_json: bool) -> None:
-    """Show FILE's cells, runs, how they group into compiled programs, and an
+    """Show a study's cells, runs and compiled programs.
+
+    FILE's cells, runs, how they group into compiled programs, and an
     estimate of memory and time. Builds every run (so every error shows), runs
     nothing unless --measure.
 
@@ -81,18 +81,12 @@ def plan(file: str, out: str | None, measure: bool, as_json: bool) -> None:
     try:
         text, data = describe_plan(spec, _out(spec, out), measure=measure)
     except StudyError as err:
-        _fail(err)
-        return
+        fail(err)
     click.echo(json.dumps(data, indent=2) if as_json else text)
 
 
 @study.command(context_settings=CONTEXT)
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False),
-    help="Output folder (default: studies/<name>).",
-)
+@_file_and_out("Output folder (default: studies/<name>).")
 @click.option(
     "--executor",
     type=click.Choice(["local", "slurm", "submitit-local"]),
@@ -104,7 +98,9 @@ def plan(file: str, out: str | None, measure: bool, as_json: bool) -> None:
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
 def run(file: str, out: str | None, executor: str, quiet: bool) -> None:
-    """Run every unfinished run of FILE; a directory per run under OUT/runs/.
+    """Run every unfinished run of a study file.
+
+    Each run gets a run directory under OUT/runs/, as `eqxevo run` keeps one.
 
     Running the same command again continues a study that was stopped (Ctrl-C,
     SIGTERM, a kill, a pre-empted job) with the same results, and does nothing
@@ -151,8 +147,7 @@ def run(file: str, out: str | None, executor: str, quiet: bool) -> None:
         )
         sys.exit(exit_code(stop.signum) if stop.signum is not None else 130)
     except (StudyError, CheckpointError) as err:
-        _fail(err)
-        return
+        fail(err)
     click.echo(
         f"{result['done']}/{result['runs']} runs complete in {path}; "
         f"report: eqxevo study report {path}"
@@ -163,7 +158,10 @@ def run(file: str, out: str | None, executor: str, quiet: bool) -> None:
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 def status(out: str, as_json: bool) -> None:
-    """Where the study in OUT stands: cells, runs, runs done, compiled programs.
+    """Show where a study stands: runs done, programs.
+
+    The cells, the runs and how many are done, the compiled programs, and the
+    generations run of all.
 
     \b
     Example:
@@ -175,8 +173,7 @@ def status(out: str, as_json: bool) -> None:
     try:
         result = study_status(out)
     except StudyError as err:
-        _fail(err)
-        return
+        fail(err)
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
@@ -198,8 +195,10 @@ def status(out: str, as_json: bool) -> None:
     help="Folder for the report (default: OUT/report).",
 )
 def report(out: str, to: str | None) -> None:
-    """Write the report of the study in OUT: cells.csv, summary.csv,
-    comparisons.csv, figures and report.md.
+    """Write the study's report: tables, comparisons, figures.
+
+    In OUT/report (or --to): cells.csv, summary.csv, comparisons.csv, the
+    figures and report.md, comparing cells on held-out fitness.
 
     \b
     Example:
@@ -211,8 +210,7 @@ def report(out: str, to: str | None) -> None:
     try:
         path = write_report(out, to)
     except StudyError as err:
-        _fail(err)
-        return
+        fail(err)
     click.echo(str(path))
 
 

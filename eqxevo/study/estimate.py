@@ -1,10 +1,5 @@
-"""`eqxevo study plan`: cells, runs, programs, and estimates of memory and time.
-
-Memory is estimated from shapes alone (`Program.memory_bytes`). Time comes from
-a measurement: `measure=True` compiles each program and times two generations
-of its first run through `evolve` (the first generation includes the
-compilation); otherwise from the runs of the same program already complete in
-the output folder, if any.
+"""`eqxevo study plan`: cells, runs, programs, and estimates of memory (from shapes)
+and time (measured, or from the runs already complete).
 """
 
 from pathlib import Path

@@ -1,17 +1,5 @@
-"""Executors: where a study's programs run. Locally, or as a SLURM job array.
-
-`run_study` is what `eqxevo study run` does: check which runs are complete
-(a finished study stops there, having built and compiled nothing), build and
-group every run (all validation before anything runs), write the plan, and
-hand the programs with unfinished runs to an executor:
-
-- `LocalExecutor`: one program after another in this process.
-- `SubmititExecutor`: one job per program, submitted as one job array through
-  submitit (`cluster="slurm"`, or `"local"` for subprocesses on this machine),
-  with the resources of `[study.slurm]`. A job pre-empted or out of time is
-  requeued by submitit (`ProgramJob.checkpoint`) and resumes its runs from
-  their checkpoints; a study whose jobs died continues when `eqxevo study run`
-  is given again (jobs still queued or running are waited for, not resubmitted).
+"""Executors: where a study's programs run, in this process or as a SLURM job array
+through submitit; `run_study` is `eqxevo study run`.
 """
 
 import abc
@@ -25,6 +13,7 @@ from ..interrupts import StopRequest
 from .group import Program, plan
 from .progress import StudyProgress
 from .runner import (
+    check_same_study,
     is_done,
     load_plan,
     load_study,
@@ -212,6 +201,7 @@ def run_study(
     from .status import status
 
     out = Path(out)
+    check_same_study(out, study)
     runs = study.runs
     pending = {r.id for r in runs if not is_done(out, r)}
     if not pending and load_plan(out):

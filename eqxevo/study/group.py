@@ -1,19 +1,5 @@
-"""Grouping a study's runs into compiled programs.
-
-Runs whose strategies and fitness functions differ only in array values (seeds,
-environment params, initial genomes and topologies, array-valued strategy
-params) share one program: `eqxevo.stack_runs` stacks them and one
-`evolve(..., runs=R)` runs them, one after another inside the program, each
-bit-identical to a run of its own. `stack_runs` raising is the test for "needs
-a program of its own" (another network size, algorithm, lifetime ...). Runs
-must also agree on what `evolve` itself takes (generations, chunk size,
-non-finite policy, episodes).
-
-Numbers in `strategy.params` become arrays (float32, int32) before a run is
-built, whether the run is grouped or alone, so that a strategy-parameter axis
-does not split programs and a cell's bits do not depend on its neighbours.
-(`eqxevo run` keeps them Python numbers, constants of the program: the same
-config may differ from a study's run in the last bits.)
+"""A study's runs grouped into compiled programs: runs whose strategies and
+fitness functions differ only in array values share one `evolve(..., runs=R)`.
 """
 
 import dataclasses
@@ -25,26 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import ConfigError, Experiment
-from ..evolve import stack_runs
 from ..experiment import Built, build
+from ..runs import stack_runs
 from .spec import Run, Study, StudyError
-
-
-def traced(experiment: Experiment) -> Experiment:
-    """The experiment with numbers in `strategy.params` as arrays (see above)."""
-
-    def array(value: Any) -> Any:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int):
-            return jnp.asarray(value, jnp.int32)
-        if isinstance(value, float):
-            return jnp.asarray(value, jnp.float32)
-        return value
-
-    params = {k: array(v) for k, v in experiment.strategy.params.items()}
-    strategy = dataclasses.replace(experiment.strategy, params=params)
-    return dataclasses.replace(experiment, strategy=strategy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +31,7 @@ def build_run(run: Run) -> Member:
         StudyError: the run's experiment fails to build; names the cell and seed.
     """
     try:
-        built = build(traced(run.experiment))
+        built = build(run.experiment)
     except ConfigError as err:
         raise StudyError(f"cell {run.cell.name!r} (seed {run.seed}): {err}") from err
     return Member(run, built)
@@ -71,13 +40,22 @@ def build_run(run: Run) -> Member:
 def evolve_settings(experiment: Experiment) -> tuple[Any, ...]:
     """What `evolve` itself takes: runs of one program must agree on it."""
     run = experiment.run
-    return (run.generations, run.chunk_size, run.on_nonfinite, run.episodes)
+    return (
+        run.generations,
+        run.chunk_size,
+        run.chunk_seconds,
+        run.eval_every,
+        run.on_nonfinite,
+        run.episodes,
+    )
 
 
 def _compatible(a: Member, b: Member) -> bool:
     if evolve_settings(a.run.experiment) != evolve_settings(b.run.experiment):
         return False
     try:
+        # `stack_runs` refusing is the test: anything it cannot stack (shapes, code,
+        # configuration) needs a program of its own.
         stack_runs([a.built.strategy, b.built.strategy])
         stack_runs([a.built.fitness, b.built.fitness])
     except ValueError:
@@ -122,10 +100,7 @@ class Program:
 
     def stacked(self) -> tuple[jax.Array, Any, Any]:
         """`(keys, strategy, fitness)` for `evolve(..., runs=R)`."""
-        keys = jnp.stack([m.built.key for m in self.members])
-        strategy = stack_runs([m.built.strategy for m in self.members])
-        fitness = stack_runs([m.built.fitness for m in self.members])
-        return keys, strategy, fitness
+        return stacked([m.built for m in self.members])
 
     def memory_bytes(self) -> int:
         """Estimated device memory: R strategy states plus one generation's P
@@ -154,6 +129,18 @@ class Program:
         )
 
 
+def stacked(builts: Sequence[Built]) -> tuple[jax.Array, Any, Any]:
+    """`(keys, strategy, fitness)` of built runs stacked for `evolve(..., runs=R)`.
+
+    Every strategy param is a traced array (`experiment.build`), so runs that
+    differ in one share the program, and each run's bits equal a run of its own.
+    """
+    keys = jnp.stack([b.key for b in builts])
+    strategy = stack_runs([b.strategy for b in builts])
+    fitness = stack_runs([b.fitness for b in builts])
+    return keys, strategy, fitness
+
+
 def group(members: Sequence[Member], max_runs: int | None = None) -> list[Program]:
     """Gather runs into as few programs as their shapes allow, in study order.
 
@@ -162,6 +149,8 @@ def group(members: Sequence[Member], max_runs: int | None = None) -> list[Progra
         max_runs: split groups larger than this (None: no limit).
     """
     groups: list[list[Member]] = []
+    # First fit in study order: a run joins the first program it can share, so the
+    # plan (and the order of runs in a program) does not depend on the machine.
     for member in members:
         for g in groups:
             if (max_runs is None or len(g) < max_runs) and _compatible(g[0], member):
@@ -189,5 +178,5 @@ __all__ = [
     "evolve_settings",
     "group",
     "plan",
-    "traced",
+    "stacked",
 ]

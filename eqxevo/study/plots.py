@@ -1,9 +1,5 @@
 """A study's figures, labelled for a paper: learning curves with CI bands, final
-(held-out and training) fitness per cell, a performance profile.
-
-Each function draws on matplotlib's Agg canvas (no pyplot, no backend change),
-writes a PNG when given a path, and returns the `Figure` (tests read its
-labels and artists).
+fitness per cell, a performance profile (each returns its `Figure`).
 """
 
 import warnings

@@ -1,9 +1,5 @@
-"""One progress display for a whole study: runs done, generations, rate, ETA.
-
-A live bar on a terminal (rich, like `eqxevo run`'s), plain lines every
-`every` seconds otherwise (logs of a cluster job). The ETA is the generations
-still to run at the rate measured since the first chunk arrived (compilation
-excluded from the rate once a second chunk is in).
+"""One progress display for a whole study: runs done, generations, rate, ETA (a live
+bar on a terminal, plain lines in a cluster log).
 """
 
 import io

@@ -1,35 +1,5 @@
-"""A study's report: per-run and per-cell tables, comparisons, figures, report.md.
-
-`write_report(out)` reads the run directories of the study in `out` and writes
-to `out/report/`:
-
-- `cells.csv`: one row per run (cell, arm, axis values, seed, the held-out
-  figures `HELDOUT_COLUMNS` and the training figures `RUN_COLUMNS`);
-- `summary.csv`: one row per cell: n, and for each of `METRICS` (held-out final
-  fitness first, then the training figures, labelled as such) the mean, the
-  standard deviation, a 95% bootstrap CI of the mean, and the interquartile
-  mean with its 95% bootstrap CI;
-- `comparisons.csv`: every pair of cells that differ in one factor (one axis,
-  or the arm): the difference of means A - B with its 95% bootstrap CI, the
-  two-sided Mann-Whitney U test (p, and p adjusted over all comparisons of a
-  metric by Benjamini-Hochberg), and the effect size P(A > B) = U / (n_A n_B),
-  the probability that a run of A beats a run of B (the common-language effect
-  size; 95% bootstrap CI resampling each cell apart);
-- `learning_curves.png`, `final_fitness.png`, `performance_profile.png`;
-- `report.md` gathering them.
-
-Runs are compared on held-out fitness: the final genome's mean fitness over
-fresh lifetimes selection never played (`eqxevo.heldout`). Training fitness is
-the selection's own noisy episodes; the best of it is biased upward.
-
-Statistics come from scipy (`stats.bootstrap`, `stats.trim_mean`,
-`stats.mannwhitneyu`, `stats.false_discovery_control`, `stats.ecdf`) and pandas;
-resampling uses fixed seeds, so a report is reproducible. The IQM follows
-Agarwal et al. 2021, "Deep reinforcement learning at the edge of the
-statistical precipice".
-
-Adding a per-run figure is one change: a `summary.json` field listed in
-`RUN_COLUMNS`, and in `METRICS` to summarise and compare it.
+"""A study's report: per-run and per-cell tables, comparisons on held-out fitness,
+figures and report.md (docs/studies.md, "The report").
 """
 
 import itertools
@@ -42,7 +12,7 @@ from typing import Any
 import numpy as np
 from jaxtyping import Float
 
-from .runner import ensure_heldout, load_plan, load_study, read_summary, run_dir
+from .runner import load_plan, load_study, read_summary, run_dir
 from .spec import Study, format_value, require
 
 HELDOUT_COLUMNS: dict[str, str] = {
@@ -100,23 +70,14 @@ def heldout_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def cells_table(
-    out: str | Path, study: Study | None = None, *, heldout: bool = True
-) -> Any:
-    """One row per run (a `pandas.DataFrame`); see the module docstring.
-
-    `heldout`: score complete runs whose summary lacks a held-out evaluation
-    (`runner.ensure_heldout`, saved to their summary.json) first.
-    """
+def cells_table(out: str | Path, study: Study | None = None) -> Any:
+    """One row per run (a `pandas.DataFrame`); see docs/studies.md."""
     pd = require("pandas", "eqxevo study report")
 
     study = study or load_study(out)
     rows = []
     for run in study.runs:
-        if heldout:
-            summary = ensure_heldout(out, run)
-        else:
-            summary = read_summary(run_dir(out, run))
+        summary = read_summary(run_dir(out, run))
         row: dict[str, Any] = {"cell": run.cell.name, "arm": run.cell.arm}
         row.update({k: format_value(v) for k, v in run.cell.values.items()})
         row["seed"] = run.seed
@@ -128,22 +89,32 @@ def cells_table(
     return pd.DataFrame(rows)
 
 
-def bootstrap_mean_ci(values: Float[np.ndarray, " runs"]) -> tuple[float, float]:
-    """95% percentile-bootstrap CI of the mean (NaN with fewer than 2 values)."""
+def _bootstrap(
+    samples: tuple[Any, ...], statistic: Any, **options: Any
+) -> tuple[Any, Any]:
+    """`(low, high)`: the 95% percentile-bootstrap CI of `statistic` over
+    `samples`, from a fixed seed (a report is reproducible)."""
     from scipy import stats
 
+    ci = stats.bootstrap(
+        samples,
+        statistic,
+        confidence_level=CONFIDENCE,
+        n_resamples=options.pop("n_resamples", RESAMPLES),
+        method="percentile",
+        rng=np.random.default_rng(SEED),
+        **options,
+    ).confidence_interval
+    return ci.low, ci.high
+
+
+def bootstrap_mean_ci(values: Float[np.ndarray, " runs"]) -> tuple[float, float]:
+    """95% percentile-bootstrap CI of the mean (NaN with fewer than 2 values)."""
     x = np.asarray(values, np.float64)
     if x.size < 2:
         return math.nan, math.nan
-    result = stats.bootstrap(
-        (x,),
-        np.mean,
-        confidence_level=CONFIDENCE,
-        n_resamples=RESAMPLES,
-        method="percentile",
-        rng=np.random.default_rng(SEED),
-    )
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+    low, high = _bootstrap((x,), np.mean)
+    return float(low), float(high)
 
 
 def iqm(values: Float[np.ndarray, " runs"]) -> tuple[float, float, float]:
@@ -155,16 +126,8 @@ def iqm(values: Float[np.ndarray, " runs"]) -> tuple[float, float, float]:
     x = np.asarray(values, np.float64)
     if x.size < 2:
         return float(x.mean()) if x.size else math.nan, math.nan, math.nan
-    result = stats.bootstrap(
-        (x,),
-        lambda v, axis: stats.trim_mean(v, 0.25, axis=axis),
-        confidence_level=CONFIDENCE,
-        n_resamples=RESAMPLES,
-        method="percentile",
-        rng=np.random.default_rng(SEED),
-    )
-    ci = result.confidence_interval
-    return float(stats.trim_mean(x, 0.25)), float(ci.low), float(ci.high)
+    low, high = _bootstrap((x,), lambda v, axis: stats.trim_mean(v, 0.25, axis=axis))
+    return float(stats.trim_mean(x, 0.25)), float(low), float(high)
 
 
 def summary_table(cells: Any, metrics: Mapping[str, str] = METRICS) -> Any:
@@ -249,29 +212,23 @@ def comparisons_table(
             row["difference"] = row["mean_a"] - row["mean_b"]
             low = high = u = p = poi = poi_low = poi_high = math.nan
             if xa.size >= 2 and xb.size >= 2:
-                ci = stats.bootstrap(
-                    (xa, xb),
-                    lambda x, y, axis: np.mean(x, axis=axis) - np.mean(y, axis=axis),
-                    confidence_level=CONFIDENCE,
-                    n_resamples=RESAMPLES,
-                    method="percentile",
-                    rng=np.random.default_rng(SEED),
-                ).confidence_interval
-                low, high = float(ci.low), float(ci.high)
+                low, high = map(
+                    float,
+                    _bootstrap(
+                        (xa, xb),
+                        lambda x, y, axis: (
+                            np.mean(x, axis=axis) - np.mean(y, axis=axis)
+                        ),
+                    ),
+                )
                 test = stats.mannwhitneyu(xa, xb, alternative="two-sided")
                 u, p = float(test.statistic), float(test.pvalue)
                 # P(A > B), ties counting one half: U / (n_a n_b), the
                 # common-language effect size; its CI resamples each cell apart.
                 poi = u / (xa.size * xb.size)
-                poi_ci = stats.bootstrap(
-                    (xa, xb),
-                    _probability_of_improvement,
-                    confidence_level=CONFIDENCE,
-                    n_resamples=RESAMPLES,
-                    method="percentile",
-                    rng=np.random.default_rng(SEED),
-                ).confidence_interval
-                poi_low, poi_high = float(poi_ci.low), float(poi_ci.high)
+                poi_low, poi_high = map(
+                    float, _bootstrap((xa, xb), _probability_of_improvement)
+                )
             row |= {
                 "difference_ci_low": low,
                 "difference_ci_high": high,
@@ -330,23 +287,14 @@ def curve_band(
 ]:
     """Mean over seeds per generation and its 95% bootstrap CI (NaN bands with
     fewer than 2 seeds, or where a seed has not reached the generation)."""
-    from scipy import stats
-
     mean = np.nanmean(values, axis=0) if values.size else values
     low = np.full(values.shape[1], np.nan)
     high = np.full(values.shape[1], np.nan)
     complete = ~np.isnan(values).any(axis=0)
     if values.shape[0] >= 2 and complete.any():
-        ci = stats.bootstrap(
-            (values[:, complete],),
-            np.mean,
-            axis=0,
-            confidence_level=CONFIDENCE,
-            n_resamples=2000,
-            method="percentile",
-            rng=np.random.default_rng(SEED),
-        ).confidence_interval
-        low[complete], high[complete] = ci.low, ci.high
+        low[complete], high[complete] = _bootstrap(
+            (values[:, complete],), np.mean, axis=0, n_resamples=2000
+        )
     return mean, low, high
 
 

@@ -1,36 +1,5 @@
-"""The study file: an experiment plus a `[study]` table, expanded into cells and runs.
-
-```toml
-base = "../l4_long_horizon.toml"      # optional: an experiment file (relative path)
-
-[study]
-name = "plasticity"
-seeds = 5                             # runs per cell: seeds 0..4 (or a list)
-base_arm = "plastic"                  # name of the unablated arm (default "base")
-max_runs_per_program = 16             # optional: split larger groups
-
-[study.axes]                          # full factorial over dotted config keys
-"env.params.sensor_noise" = [0.005, 0.05]
-"strategy.name" = ["snes", "pgpe"]
-
-[[study.arms]]                        # named ablations: several keys at once
-name = "no-plasticity"
-"net.options.plasticity" = false
-
-[study.slurm]                         # resources of one job (--executor slurm)
-partition = "gpu"
-time_min = 120
-gpus_per_node = 1
-
-[net.options]                         # experiment tables: override the base
-num_neurons = 128
-```
-
-A *cell* is one combination of axis values in one arm (the base arm, or one of
-`[[study.arms]]`); a *run* is a cell with one seed (`run.seed`). A quoted
-dotted key sets that value (a table value replaces the table); nested tables
-merge key by key. Every cell's experiment is validated by `eqxevo.config`
-when the study loads; `StudyError` names the key and the cell.
+"""The study file: an experiment plus a `[study]` table, expanded into cells (axis
+values x arms) and runs (a cell with one seed). Reference: docs/studies.md.
 """
 
 import copy
@@ -45,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config as config_module
+from .._checks import optional_positive_int
 from ..config import ConfigError, Experiment
 
 
@@ -265,6 +235,7 @@ def format_value(value: Any) -> str:
 
 
 def _slug(name: str) -> str:
+    # A folder name from a cell name: what a path cannot hold becomes "_".
     return re.sub(r"[^A-Za-z0-9._=,+-]", "_", name)
 
 
@@ -402,10 +373,10 @@ def from_dict(data: Mapping[str, Any], root: Path | None = None) -> Study:
     if not isinstance(base_arm, str) or not base_arm:
         raise StudyError(f"study.base_arm = {base_arm!r}; it must be a non-empty name")
     limit = study.get("max_runs_per_program")
-    if limit is not None and (
-        not isinstance(limit, int) or isinstance(limit, bool) or limit < 1
-    ):
-        raise StudyError(f"study.max_runs_per_program = {limit!r}; it must be >= 1")
+    try:
+        optional_positive_int("study.max_runs_per_program", limit, "no limit")
+    except ValueError as err:
+        raise StudyError(str(err)) from None
     axes = _axes(study.get("axes", {}))
     arms = _arms(study.get("arms"), base_arm, axes)
     slurm = _slurm(study.get("slurm", {}))
@@ -415,9 +386,12 @@ def from_dict(data: Mapping[str, Any], root: Path | None = None) -> Study:
     for arm, changes in arms.items():
         for combo in itertools.product(*axes.values()):
             values = dict(zip(axes, combo, strict=True))
+            # The arm names the cell only when there is more than one to tell apart.
             parts = [arm] if len(arms) > 1 or not values else []
             parts += [f"{k}={format_value(v)}" for k, v in values.items()]
             cell_name = ",".join(parts)
+            # Arm changes first, axis values over them (an axis may vary a key an
+            # arm sets).
             cell_data = copy.deepcopy(experiment)
             for key, value in {**changes, **values}.items():
                 _set(cell_data, key, value, f"cell {cell_name!r}")
@@ -425,6 +399,8 @@ def from_dict(data: Mapping[str, Any], root: Path | None = None) -> Study:
                 cell_experiment = config_module.from_dict(cell_data)
             except ConfigError as err:
                 raise StudyError(f"cell {cell_name!r}: {err}") from err
+            # Two names can map to one folder name (characters a path cannot hold are
+            # replaced): refused, so no two cells ever write one run directory.
             slug = _slug(cell_name)
             if slug in slugs:
                 raise StudyError(

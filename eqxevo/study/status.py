@@ -1,7 +1,5 @@
-"""Where a study stands: cells, runs, runs done, programs, generations.
-
-Read from the output folder alone (study.json, plan.json, the run
-directories), without building or compiling anything.
+"""Where a study stands (cells, runs done, programs, generations), read from the
+output folder alone, without building or compiling anything.
 """
 
 from pathlib import Path

@@ -7,48 +7,22 @@ from pathlib import Path
 
 import equinox as eqx
 import jax
-import jax.random as jr
-import numpy as np
 import pytest
-from click.testing import CliRunner
-from helpers import Net, noisy_sphere, tree_equal
+from helpers import (
+    final_state,
+    small_experiment as small,
+    tree_equal,
+)
 
-import eqxevo
 from eqxevo import config, experiment
 from eqxevo.checkpoint import Checkpointer, CheckpointError
-from eqxevo.cli import main
 from eqxevo.config import ConfigError
+from eqxevo.metrics import Progress
 from eqxevo.plots import fitness_figure
-
-SMALL = [
-    "net.name=mlp",
-    "net.options.width=8",
-    "net.options.depth=1",
-    "strategy.population_size=8",
-    "run.lifetime=40",
-    "run.generations=6",
-    "run.chunk_size=2",
-    "run.checkpoint_every=2",
-    # fixed chunks: checkpoints land on the same generations whatever the timing
-    "run.chunk_seconds=0",
-]
-
-
-def small(*extra: str) -> config.Experiment:
-    return config.load(None, [*SMALL, *extra])
-
-
-def final_state(run_dir, like):
-    ckpt = Checkpointer(run_dir / "checkpoints")
-    generation, state = ckpt.restore(
-        like, ckpt.experiment(ckpt.latest()), ignore=experiment.RESUMABLE_CHANGES
-    )
-    ckpt.close()
-    return generation, state
 
 
 def test_run_writes_the_run_directory(tmp_path):
-    summary = experiment.run(small(), tmp_path / "r", quiet=True)
+    summary = experiment.run_experiment(small(), tmp_path / "r", quiet=True)
     for name in ("config.toml", "metrics.jsonl", "fitness.png", "best_genome.eqx"):
         assert (tmp_path / "r" / name).exists(), name
     records = [
@@ -56,16 +30,18 @@ def test_run_writes_the_run_directory(tmp_path):
     ]
     assert [r["generation"] for r in records] == list(range(6))
     assert summary["generations"] == 6 and not summary["interrupted"]
-    assert config.load(tmp_path / "r/config.toml") == experiment.build(small()).resolved
-    built, genome = experiment.load_best_genome(tmp_path / "r")
+    assert (
+        config.load(tmp_path / "r/config.toml") == experiment.build(small()).experiment
+    )
+    built, genome = experiment.load_genome(tmp_path / "r")
     fitness, _ = built.fitness(genome, jax.random.key(0))
     assert jax.numpy.isfinite(fitness)
 
 
 def test_resume_equals_uninterrupted_run(tmp_path):
-    experiment.run(small(), tmp_path / "full", quiet=True)
-    experiment.run(small("run.generations=4"), tmp_path / "part", quiet=True)
-    experiment.resume(tmp_path / "part", ("run.generations=6",), quiet=True)
+    experiment.run_experiment(small(), tmp_path / "full", quiet=True)
+    experiment.run_experiment(small("run.generations=4"), tmp_path / "part", quiet=True)
+    experiment.resume_run(tmp_path / "part", ("run.generations=6",), quiet=True)
     full = (tmp_path / "full/metrics.jsonl").read_text()
     assert (tmp_path / "part/metrics.jsonl").read_text() == full
     like = experiment.build(small()).initial_state()
@@ -75,7 +51,7 @@ def test_resume_equals_uninterrupted_run(tmp_path):
 
 
 def test_num_seeds_runs_and_records_every_seed(tmp_path):
-    experiment.run(
+    experiment.run_experiment(
         small("run.num_seeds=2", "run.generations=2"), tmp_path / "s", quiet=True
     )
     records = [
@@ -90,79 +66,51 @@ def test_num_seeds_runs_and_records_every_seed(tmp_path):
 
 
 def test_interrupt_checkpoints_the_last_complete_chunk(tmp_path, monkeypatch):
-    # Ctrl-C arrives while the host handles the third chunk (its metrics are
-    # written, its state is not yet taken): the second chunk's state is saved.
+    # Ctrl-C arrives while the host shows the second chunk's progress (its
+    # records are written): that chunk's state is saved, and nothing is lost.
     calls = {"n": 0}
-    real_update = experiment.Progress.update
+    real_update = Progress.update
 
     def update_then_interrupt(self, records, at=None):
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == 2:
             raise KeyboardInterrupt
         return real_update(self, records, at)
 
-    monkeypatch.setattr(experiment.Progress, "update", update_then_interrupt)
+    monkeypatch.setattr(Progress, "update", update_then_interrupt)
     exp = small("run.checkpoint_every=100", "run.chunk_seconds=0")
     with pytest.raises(KeyboardInterrupt):
-        experiment.run(exp, tmp_path / "i", quiet=True)
+        experiment.run_experiment(exp, tmp_path / "i", quiet=True)
     assert Checkpointer(tmp_path / "i/checkpoints").latest() == 4
-    monkeypatch.setattr(experiment.Progress, "update", real_update)
-    experiment.resume(tmp_path / "i", quiet=True)
-    experiment.run(exp, tmp_path / "u", quiet=True)
+    monkeypatch.setattr(Progress, "update", real_update)
+    experiment.resume_run(tmp_path / "i", quiet=True)
+    experiment.run_experiment(exp, tmp_path / "u", quiet=True)
     assert (tmp_path / "i/metrics.jsonl").read_text() == (
         tmp_path / "u/metrics.jsonl"
     ).read_text()
 
 
 def test_resume_rejects_trajectory_changes(tmp_path):
-    experiment.run(small("run.generations=2"), tmp_path / "r", quiet=True)
+    experiment.run_experiment(small("run.generations=2"), tmp_path / "r", quiet=True)
     with pytest.raises(ConfigError, match="can only change"):
-        experiment.resume(tmp_path / "r", ("strategy.population_size=16",), quiet=True)
+        experiment.resume_run(
+            tmp_path / "r", ("strategy.population_size=16",), quiet=True
+        )
     # a config edited by hand is caught by the checkpoint
     text = (tmp_path / "r/config.toml").read_text().replace("seed = 0", "seed = 1")
     (tmp_path / "r/config.toml").write_text(text)
     with pytest.raises(
         CheckpointError, match=r"run.seed: checkpoint has 0, config has 1"
     ):
-        experiment.resume(tmp_path / "r", quiet=True)
+        experiment.resume_run(tmp_path / "r", quiet=True)
 
 
 def test_new_run_refuses_an_existing_run_directory(tmp_path):
-    experiment.run(small("run.generations=2"), tmp_path / "r", quiet=True)
+    experiment.run_experiment(small("run.generations=2"), tmp_path / "r", quiet=True)
     with pytest.raises(experiment.RunDirError, match="eqxevo resume"):
-        experiment.run(small(), tmp_path / "r", quiet=True)
+        experiment.run_experiment(small(), tmp_path / "r", quiet=True)
     with pytest.raises(experiment.RunDirError, match="holds no run"):
-        experiment.resume(tmp_path / "nothing", quiet=True)
-
-
-@pytest.mark.parametrize(
-    ("override", "match"),
-    [
-        ("env.name=chemotaxix", r"env.name = 'chemotaxix' is unknown; built in: "),
-        ("net.name=transformer", r"net.name = 'transformer' is unknown"),
-        (
-            "env.params.colour=1.0",
-            r"env.params.colour is not a parameter of Chemotaxis",
-        ),
-        ("net.options.widht=3", r"net.options: cannot build MLPPolicy"),
-        (
-            "strategy.name=CMA-ES",
-            r"strategy 'CMA-ES': algorithm='CMA-ES'.*'CMA_ES'",
-        ),
-        (
-            "env.name=no.such.module:Env",
-            r"env.name = 'no.such.module:Env' cannot be imported",
-        ),
-    ],
-)
-def test_build_errors_name_the_key(override, match):
-    with pytest.raises(ConfigError, match=match):
-        experiment.build(small(override))
-
-
-def test_env_params_overrides_reach_the_environment():
-    built = experiment.build(small("env.params.sensor_noise=0.25"))
-    assert float(built.env_params.sensor_noise) == 0.25
+        experiment.resume_run(tmp_path / "nothing", quiet=True)
 
 
 # -- damaged checkpoints --------------------------------------------------------------
@@ -212,7 +160,7 @@ def _other_shapes(step: Path) -> None:
 def reference(tmp_path_factory):
     """An uninterrupted 10-generation run: its metrics and final state."""
     run_dir = tmp_path_factory.mktemp("reference") / "full"
-    experiment.run(small("run.generations=10"), run_dir, quiet=True)
+    experiment.run_experiment(small("run.generations=10"), run_dir, quiet=True)
     like = experiment.build(small("run.generations=10")).initial_state()
     return (run_dir / "metrics.jsonl").read_text(), final_state(run_dir, like)[1]
 
@@ -226,11 +174,11 @@ def test_damaged_newest_checkpoint_falls_back_and_ends_bit_identical(
     tmp_path, reference, damage
 ):
     run_dir = tmp_path / "r"
-    experiment.run(small("run.generations=6"), run_dir, quiet=True)
+    experiment.run_experiment(small("run.generations=6"), run_dir, quiet=True)
     assert Checkpointer(run_dir / "checkpoints").generations() == [2, 4, 6]
     damage(run_dir / "checkpoints" / "6")
     out = io.StringIO()
-    experiment.resume(run_dir, ("run.generations=10",), quiet=True, stream=out)
+    experiment.resume_run(run_dir, ("run.generations=10",), quiet=True, stream=out)
     (line,) = [x for x in out.getvalue().splitlines() if "damaged" in x]
     assert line.startswith("checkpoint at generation 6 is damaged (")
     assert line.endswith("resuming from generation 4 (the newest good one)")
@@ -244,11 +192,11 @@ def test_damaged_newest_checkpoint_falls_back_and_ends_bit_identical(
 
 def test_no_good_checkpoint_is_one_clear_error(tmp_path):
     run_dir = tmp_path / "r"
-    experiment.run(small("run.generations=4"), run_dir, quiet=True)
+    experiment.run_experiment(small("run.generations=4"), run_dir, quiet=True)
     for step in (2, 4):
         _truncate(run_dir / "checkpoints" / str(step))
     with pytest.raises(CheckpointError) as info:
-        experiment.resume(run_dir, quiet=True)
+        experiment.resume_run(run_dir, quiet=True)
     message = str(info.value)
     assert message.startswith(f"no checkpoint in {run_dir.resolve()}/checkpoints ")
     assert "generation 4: its state cannot be read" in message
@@ -265,28 +213,28 @@ def test_same_name_after_a_run_that_saved_no_checkpoint_just_works(
     def fail(*args, **kwargs):
         raise RuntimeError("compiler crashed")
 
-    monkeypatch.setattr(experiment, "compile_chunk", fail)
+    monkeypatch.setattr("eqxevo.experiment.run.compile_chunk", fail)
     with pytest.raises(RuntimeError, match="compiler crashed"):
-        experiment.run(small(), tmp_path / "r", quiet=True)
+        experiment.run_experiment(small(), tmp_path / "r", quiet=True)
     assert (tmp_path / "r/config.toml").exists()
     assert Checkpointer(tmp_path / "r/checkpoints").latest() is None
     monkeypatch.undo()
     out = io.StringIO()
-    summary = experiment.run(small(), tmp_path / "r", quiet=True, stream=out)
+    summary = experiment.run_experiment(small(), tmp_path / "r", quiet=True, stream=out)
     assert "held a run that saved no checkpoint; starting afresh" in out.getvalue()
     assert summary["generations"] == 6 and summary["num_segments"] == 1
     # a run that did save a checkpoint is never overwritten
     with pytest.raises(experiment.RunDirError, match="already holds a run"):
-        experiment.run(small(), tmp_path / "r", quiet=True)
+        experiment.run_experiment(small(), tmp_path / "r", quiet=True)
 
 
 def test_summary_accumulates_across_resumes(tmp_path):
     run_dir = tmp_path / "r"
-    experiment.run(small("run.generations=4"), run_dir, quiet=True)
-    experiment.resume(run_dir, ("run.generations=6",), quiet=True)
+    experiment.run_experiment(small("run.generations=4"), run_dir, quiet=True)
+    experiment.resume_run(run_dir, ("run.generations=6",), quiet=True)
     before = (run_dir / "summary.json").read_text()
     out = io.StringIO()
-    again = experiment.resume(run_dir, quiet=True, stream=out)  # finished already
+    again = experiment.resume_run(run_dir, quiet=True, stream=out)  # finished already
     assert "is complete at generation 6" in out.getvalue()
     assert (run_dir / "summary.json").read_text() == before
     summary = json.loads(before)
@@ -305,82 +253,16 @@ def test_summary_accumulates_across_resumes(tmp_path):
     assert summary["complete"] and again["agent_steps"] == 6 * steps
 
 
-def test_config_toml_records_every_resolved_value_and_reproduces_the_run(tmp_path):
-    exp = small(
-        "env.params.sensor_noise=0.02",
-        "strategy.params.std_init=0.05",
-        "run.generations=4",
-    )
-    experiment.run(exp, tmp_path / "a", quiet=True)
-    written = config.load(tmp_path / "a/config.toml")
-    assert written.net.options == {"width": 8, "depth": 1}
-    assert written.env.params["sensor_noise"] == 0.02
-    assert written.env.params["max_speed"] == 0.01  # a default, written out
-    assert written.strategy.params["std_init"] == 0.05
-    assert "lr_std_init" in written.strategy.params  # SNES's derived default
-    assert written.run.chunk_seconds == 0.0 and written.sinks.tensorboard is False
-    # `eqxevo run RUN_DIR/config.toml` repeats the run exactly
-    result = CliRunner().invoke(
-        main,
-        [
-            "run",
-            str(tmp_path / "a/config.toml"),
-            "--out",
-            str(tmp_path),
-            "--name",
-            "b",
-            "--quiet",
-        ],
-    )
-    assert result.exit_code == 0, result.output
-    for name in ("metrics.jsonl", "config.toml"):
-        assert (tmp_path / "a" / name).read_text() == (
-            tmp_path / "b" / name
-        ).read_text()
-    like = experiment.build(written).initial_state()
-    assert tree_equal(
-        final_state(tmp_path / "a", like)[1], final_state(tmp_path / "b", like)[1]
-    )
-
-
-def test_adaptive_chunks_equal_fixed_chunks_and_compile_once():
-    from eqxevo.evolve import _run_chunk
-
-    strategy = eqxevo.Strategy("sep_cma_es", Net(key=jr.key(0)), 8)
-    fixed = eqxevo.evolve(
-        jr.key(1), strategy, noisy_sphere, num_generations=9, chunk_size=4
-    )
-    sizes = []
-    before = eqx.debug.get_num_traces(_run_chunk)
-    adaptive = eqxevo.evolve(
-        jr.key(1),
-        strategy,
-        noisy_sphere,
-        num_generations=9,
-        chunk_size=4,
-        chunk_seconds=1e-9,  # every chunk is one generation
-        callback=lambda chunk: sizes.append(chunk.history["generation"].shape[0]),
-    )
-    assert sizes == [1] * 9
-    assert eqx.debug.get_num_traces(_run_chunk) == before  # no new program
-    assert tree_equal(fixed.state, adaptive.state)
-    for key in ("best", "mean", "best_so_far"):
-        np.testing.assert_array_equal(fixed.history[key], adaptive.history[key])
-    with pytest.raises(ValueError, match="chunk_seconds must be a finite number > 0"):
-        eqxevo.evolve(
-            jr.key(1), strategy, noisy_sphere, num_generations=2, chunk_seconds=0.0
-        )
-
-
 # -- memory ---------------------------------------------------------------------------
 
 
 def test_a_run_that_cannot_fit_stops_before_it_starts(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        experiment, "available_memory", lambda mesh=None: (1000, "this host")
+        "eqxevo.experiment.resources.available_memory",
+        lambda mesh=None: (1000, "this host"),
     )
     with pytest.raises(experiment.ResourceError) as info:
-        experiment.run(small(), tmp_path / "r", quiet=True)
+        experiment.run_experiment(small(), tmp_path / "r", quiet=True)
     message = str(info.value)
     assert message.startswith("this run needs about ")
     assert "but this host has 1 kB available" in message
@@ -391,7 +273,7 @@ def test_a_run_that_cannot_fit_stops_before_it_starts(tmp_path, monkeypatch):
 
 def test_progress_reports_the_memory_estimate_and_projection(tmp_path):
     out = io.StringIO()
-    experiment.run(small(), tmp_path / "r", stream=out)
+    experiment.run_experiment(small(), tmp_path / "r", stream=out)
     text = out.getvalue()
     assert "XLA estimates" in text and "available on this host" in text
     assert re.search(
@@ -460,7 +342,7 @@ def test_tensorboard_and_wandb_sinks_receive_every_generation(tmp_path, monkeypa
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     exp = small("sinks.tensorboard=true", "sinks.wandb=true", "run.num_seeds=2")
-    experiment.run(exp, tmp_path / "r", quiet=True)
+    experiment.run_experiment(exp, tmp_path / "r", quiet=True)
     records = [
         json.loads(x) for x in (tmp_path / "r/metrics.jsonl").read_text().splitlines()
     ]
@@ -507,7 +389,7 @@ def _records(run_dir):
 
 
 def test_heldout_records_at_eval_every_and_the_end_compile_once(tmp_path):
-    from eqxevo.heldout import _episode_fitness, heldout_evaluate
+    from eqxevo.heldout import episode_fitness, heldout_evaluate, heldout_keys
 
     # chunks of 3 would end at 3 and 6: eval_every=4 makes them end at 4 too
     exp = small(
@@ -516,11 +398,11 @@ def test_heldout_records_at_eval_every_and_the_end_compile_once(tmp_path):
         "run.eval_every=4",
         "run.eval_episodes=7",
     )
-    before = eqx.debug.get_num_traces(_episode_fitness)
+    before = eqx.debug.get_num_traces(episode_fitness)
     out = io.StringIO()
-    summary = experiment.run(exp, tmp_path / "r", stream=out)
+    summary = experiment.run_experiment(exp, tmp_path / "r", stream=out)
     # two evaluations (after 4 and 6 generations) of two genomes: one program
-    assert eqx.debug.get_num_traces(_episode_fitness) == before + 1
+    assert eqx.debug.get_num_traces(episode_fitness) == before + 1
     records = _records(tmp_path / "r")
     with_heldout = [r["generation"] for r in records if "heldout_best_mean" in r]
     assert with_heldout == [3, 5]  # the records of generations 4 and 6
@@ -541,7 +423,7 @@ def test_heldout_records_at_eval_every_and_the_end_compile_once(tmp_path):
     # the same number as a direct evaluation of the final state's mean
     built = experiment.build(exp)
     _, state = final_state(tmp_path / "r", built.initial_state())
-    (key,) = experiment.heldout_keys(built)
+    (key,) = heldout_keys(built.key)
     direct = heldout_evaluate(
         key,
         built.fitness,
@@ -579,25 +461,25 @@ def test_heldout_stream_survives_interrupt_and_resume(tmp_path, monkeypatch):
         "run.checkpoint_every=3",
         "run.eval_episodes=5",
     )
-    experiment.run(exp, tmp_path / "full", quiet=True)
+    experiment.run_experiment(exp, tmp_path / "full", quiet=True)
     stop = StopRequest(lambda: "stopped")
-    real_update = experiment.Progress.update
+    real_update = Progress.update
 
     def update_then_stop(self, records, at=None):
         real_update(self, records, at)
         if self.done >= 4:  # after the evaluation at generation 4
             stop.requested, stop.signum = True, signal.SIGINT
 
-    monkeypatch.setattr(experiment.Progress, "update", update_then_stop)
+    monkeypatch.setattr(Progress, "update", update_then_stop)
     with pytest.raises(experiment.RunInterrupted):
-        experiment.run(exp, tmp_path / "part", quiet=True, stop=stop)
-    monkeypatch.setattr(experiment.Progress, "update", real_update)
+        experiment.run_experiment(exp, tmp_path / "part", quiet=True, stop=stop)
+    monkeypatch.setattr(Progress, "update", real_update)
     part = tmp_path / "part"
     assert Checkpointer(part / "checkpoints").generations() == [3, 4]
     # resume from generation 3: the evaluation at 4 is made again, from the
     # restored state, on the same lifetimes
     shutil.rmtree(part / "checkpoints" / "4")
-    summary = experiment.resume(part, quiet=True)
+    summary = experiment.resume_run(part, quiet=True)
     full = (tmp_path / "full/metrics.jsonl").read_text()
     assert (part / "metrics.jsonl").read_text() == full
     assert [r["generation"] for r in _records(part) if "heldout_mean_mean" in r] == [
@@ -609,7 +491,7 @@ def test_heldout_stream_survives_interrupt_and_resume(tmp_path, monkeypatch):
 
 
 def test_heldout_per_seed_and_population_algorithms_without_a_mean(tmp_path):
-    from eqxevo.heldout import heldout_evaluate
+    from eqxevo.heldout import heldout_evaluate, heldout_keys
 
     exp = small(
         "run.num_seeds=2",
@@ -617,7 +499,7 @@ def test_heldout_per_seed_and_population_algorithms_without_a_mean(tmp_path):
         "strategy.name=SimpleGA",
         "run.eval_episodes=4",
     )
-    summary = experiment.run(exp, tmp_path / "r", quiet=True)
+    summary = experiment.run_experiment(exp, tmp_path / "r", quiet=True)
     records = _records(tmp_path / "r")
     last = [r for r in records if r["generation"] == 1]
     assert [r["seed"] for r in last] == [0, 1]
@@ -626,7 +508,7 @@ def test_heldout_per_seed_and_population_algorithms_without_a_mean(tmp_path):
     assert [entry["mean"] for entry in summary["heldout"]] == [None, None]
     built = experiment.build(exp)
     _, state = final_state(tmp_path / "r", built.initial_state())
-    keys = experiment.heldout_keys(built)
+    keys = heldout_keys(built.key, built.num_seeds)
     for seed in (0, 1):
         one = jax.tree.map(lambda x, k=seed: x[k], state)
         direct = heldout_evaluate(

@@ -1,0 +1,123 @@
+"""What a run needs and has: XLA's memory estimate of a chunk against the devices'
+memory, and the projected time it prints.
+"""
+
+import os
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from ..metrics import format_bytes
+from .build import Built
+
+
+class ResourceError(RuntimeError):
+    """The run does not fit the device's memory (XLA's estimate, or its refusal)."""
+
+
+def available_memory(mesh: Mesh | None = None) -> tuple[int | None, str]:
+    """Bytes a run may use on its devices, and what they are (None if unknown).
+
+    GPUs report their limit through `memory_stats()`; on a CPU the host's
+    available memory (Linux `MemAvailable`) is shared by every CPU device.
+    """
+    devices = list(mesh.devices.flat) if mesh is not None else jax.devices()[:1]
+    # GPUs report their own limit; a CPU reports nothing and shares the host's.
+    stats = devices[0].memory_stats() or {}
+    if "bytes_limit" in stats:
+        free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+        return free, f"each {devices[0].device_kind}"
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "this host"
+    except OSError:
+        pass
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return int(pages), "this host"
+    except (ValueError, OSError, AttributeError):
+        return None, "unknown"
+
+
+def memory_estimate(compiled: Any) -> dict[str, int]:
+    """XLA's memory analysis of a compiled program, in bytes per device:
+    arguments, outputs, temporaries and the `total` live at once."""
+    stats = compiled.memory_analysis()
+    if stats is None:
+        return {}
+    out = {
+        "arguments": int(stats.argument_size_in_bytes),
+        "outputs": int(stats.output_size_in_bytes),
+        "temporaries": int(stats.temp_size_in_bytes),
+        "aliased": int(stats.alias_size_in_bytes),
+    }
+    out["total"] = (
+        out["arguments"] + out["outputs"] + out["temporaries"] - out["aliased"]
+    )
+    return out
+
+
+def chunk_bytes(compiled: Any, mesh: Mesh | None) -> int | None:
+    """Bytes a chunk needs on the host (CPU devices share its memory) or on each
+    GPU, from XLA's estimate; None when XLA gives none."""
+    estimate = memory_estimate(compiled)
+    if not estimate:
+        return None
+    devices = 1 if mesh is None else mesh.devices.size
+    # XLA estimates one device; CPU "devices" are cores sharing one memory.
+    return estimate["total"] * (devices if jax.default_backend() == "cpu" else 1)
+
+
+def too_big(built: Built, needed: int, mesh: Mesh | None) -> str:
+    """What to say when a run needs `needed` bytes: the estimate, the memory
+    available, and what to change."""
+    available, where = available_memory(mesh)
+    e = built.experiment
+    p = e.strategy.population_size
+    d = built.strategy.num_params
+    population = (
+        p * d * np.dtype(built.strategy.layout.dtype).itemsize * e.run.num_seeds
+    )
+    return (
+        f"this run needs about {format_bytes(needed)} (XLA's memory analysis of one "
+        f"chunk of generations) but {where} has {format_bytes(available or 0)} "
+        f"available. Lower strategy.population_size (now {p}; the population alone "
+        f"is {format_bytes(population)}: {p} genomes x {d} parameters), set "
+        f"run.batch_size to evaluate fewer genomes at a time (now "
+        f"{e.run.batch_size or 'all'}), or split over more devices (--devices)"
+    )
+
+
+def check_fits(built: Built, needed: int, mesh: Mesh | None) -> None:
+    """Raise `ResourceError` when `needed` bytes exceed the memory available."""
+    available, _ = available_memory(mesh)
+    if available is not None and needed > available:
+        raise ResourceError(too_big(built, needed, mesh))
+
+
+def state_bytes(built: Built) -> int:
+    """Bytes of the strategy state a run starts from (P genomes for a
+    population-based algorithm), computed without allocating it."""
+    shapes = jax.eval_shape(built.initial_state)
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes))
+
+
+def exhausted(err: BaseException) -> bool:
+    """Whether an XLA error says the device ran out of memory."""
+    return "RESOURCE_EXHAUSTED" in str(err) or "Out of memory" in str(err)
+
+
+__all__ = [
+    "ResourceError",
+    "available_memory",
+    "check_fits",
+    "chunk_bytes",
+    "exhausted",
+    "memory_estimate",
+    "state_bytes",
+    "too_big",
+]

@@ -1,0 +1,239 @@
+"""THE run directory: the files a run (alone or in a study) keeps, written whole
+or not at all, and read back checked. The layout: docs/operations.md.
+"""
+
+import json
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+
+from .. import config as config_module
+from .._types import Genome
+from ..checkpoint import Checkpointer
+from ..config import Experiment
+from ..metrics import MetricsLog
+from ..plots import plot_fitness
+
+
+class RunDirError(RuntimeError):
+    """The run directory cannot be used: it holds another run, no run, or a
+    missing or damaged file."""
+
+
+GENOME_FILES = {"best": "best_genome.eqx", "mean": "mean_genome.eqx"}
+"""The saved genomes: the best seen and (algorithms with one) the final mean."""
+
+_RUN_FILES = (
+    "metrics.jsonl",
+    "summary.json",
+    "fitness.png",
+    "trajectory.png",
+    *GENOME_FILES.values(),
+)
+_RUN_DIRS = ("checkpoints", "damaged-checkpoints", "tensorboard", "wandb")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a file whole or not at all (a kill never leaves half of it)."""
+    # A rename within one folder is atomic: readers see the old file or the new one.
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from `path`; {} when it is missing, unreadable or not an
+    object."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _totals(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary with its totals over every segment (run and resumes)."""
+    segments = summary.get("segments", [])
+    running = sum(s.get("run_time_s", 0.0) for s in segments)
+    steps = sum(s.get("agent_steps", 0) for s in segments)
+    summary["wall_time_s"] = round(sum(s.get("wall_time_s", 0.0) for s in segments), 3)
+    summary["agent_steps"] = steps
+    summary["agent_steps_per_s"] = steps / running if running > 0 else 0.0
+    summary["num_segments"] = len(segments)
+    return summary
+
+
+class RunDir:
+    """A run directory and its files:
+
+    config.toml      the effective experiment (`eqxevo run` on it repeats the run)
+    metrics.jsonl    one record per generation (and seed)
+    summary.json     totals over every segment, held-out record, status
+    checkpoints/     verified orbax checkpoints (`eqxevo.checkpoint`)
+    best_genome.eqx, mean_genome.eqx, fitness.png
+    tensorboard/, wandb/   with `[sinks]` switched on
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.metrics = MetricsLog(self.path / "metrics.jsonl")
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.toml"
+
+    def exists(self) -> bool:
+        """Whether a run was started here (it has a config.toml)."""
+        return self.config_path.exists()
+
+    def require(self) -> None:
+        """Raise `RunDirError` unless a run was started here."""
+        if not self.exists():
+            raise RunDirError(f"{self.path} holds no run (no config.toml)")
+
+    def newest_checkpoint(self) -> int | None:
+        """The newest checkpoint folder's generation (by name; not verified)."""
+        folder = self.path / "checkpoints"
+        steps = [int(p.name) for p in folder.glob("*") if p.name.isdigit()]
+        return max(steps) if steps else None
+
+    def prepare_new(self) -> bool:
+        """Make the directory ready for a new run; True if an earlier attempt that
+        saved no checkpoint was cleared away. A run with a checkpoint is never
+        touched.
+
+        Raises:
+            RunDirError: the directory holds a run with checkpoints.
+        """
+        if not self.exists():
+            self.path.mkdir(parents=True, exist_ok=True)
+            return False
+        # A run with a checkpoint holds work that `eqxevo resume` would lose.
+        if self.newest_checkpoint() is not None:
+            raise RunDirError(
+                f"{self.path} already holds a run; continue it with `eqxevo resume "
+                f"{self.path}` or choose another --out/--name"
+            )
+        for name in _RUN_FILES:
+            (self.path / name).unlink(missing_ok=True)
+        for name in _RUN_DIRS:
+            shutil.rmtree(self.path / name, ignore_errors=True)
+        return True
+
+    def open(self, experiment: Experiment, *, resume: bool) -> list[str]:
+        """Make the directory hold `experiment`'s run: a new one (`prepare_new`) or
+        the same run continued (`changed_keys`); config.toml then holds
+        `experiment`. Returns the notes the user must see.
+
+        Raises:
+            RunDirError: see `prepare_new` and `changed_keys`; a resumed run with
+                no directory.
+        """
+        notes = []
+        if resume:
+            self.changed_keys(experiment)
+        elif self.prepare_new():
+            notes.append(
+                f"{self.path} held a run that saved no checkpoint; starting afresh "
+                "there"
+            )
+        self.write_config(experiment)
+        return notes
+
+    def checkpointer(self, keep: int) -> Checkpointer:
+        return Checkpointer(self.path / "checkpoints", keep=keep)
+
+    def read_config(self, overrides: Iterable[str] = ()) -> Experiment:
+        """The run's experiment, with `--set` overrides applied."""
+        self.require()
+        return config_module.load(self.config_path, overrides)
+
+    def write_config(self, experiment: Experiment) -> None:
+        write_atomic(self.config_path, config_module.dumps(experiment))
+
+    def changed_keys(self, experiment: Experiment) -> list[str]:
+        """The config keys in which `experiment` differs from the saved one.
+
+        Raises:
+            RunDirError: they include keys a resumed run may not change (they
+                would change its trajectory); names them.
+        """
+        # Keys that only change bookkeeping (more generations, chunking, held-out
+        # settings) may differ; any other would make the run a different one.
+        changed = config_module.differences(self.read_config(), experiment)
+        fixed = [k for k in changed if not config_module.resumable(k)]
+        if fixed:
+            raise RunDirError(
+                f"{self.path} holds a run of another experiment (it differs in "
+                f"{', '.join(fixed)}); a resumed run can only change "
+                f"{', '.join(config_module.RESUMABLE_CHANGES)}"
+            )
+        return changed
+
+    def read_summary(self) -> dict[str, Any]:
+        """summary.json ({} when there is none)."""
+        return read_json(self.path / "summary.json")
+
+    def write_summary(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """Write summary.json with its totals over every segment; returns it."""
+        summary = _totals(summary)
+        write_atomic(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def save_genome(self, which: str, genome: Genome) -> None:
+        """Write genome `which` ("best" or "mean") with Equinox serialisation."""
+        path = self.path / GENOME_FILES[which]
+        tmp = path.with_name(f".{path.name}.tmp")
+        eqx.tree_serialise_leaves(tmp, genome)
+        os.replace(tmp, path)
+
+    def load_genome(self, which: str, like: Genome) -> Genome:
+        """Read genome `which` ("best" or "mean") into the structure of `like`.
+
+        Raises:
+            RunDirError: the file is missing or damaged.
+        """
+        path = self.path / GENOME_FILES[which]
+        if not path.exists():
+            raise RunDirError(
+                f"{self.path} holds no {path.name}: the run has not finished a segment"
+            )
+        try:
+            return eqx.tree_deserialise_leaves(path, like)
+        except Exception as err:  # any damage: a short, wrong-sized or foreign file
+            raise RunDirError(
+                f"{path} is damaged ({type(err).__name__}: "
+                f"{' '.join(str(err).split())[:120]})"
+            ) from None
+
+    def title(self, experiment: Experiment) -> str:
+        """A figure title naming the run: directory, environment, network,
+        strategy, P, T and seeds."""
+        e = experiment
+        seeds = f", {e.run.num_seeds} seeds" if e.run.num_seeds > 1 else ""
+        return (
+            f"{self.path.name}: {e.env.name}, {e.net.name}, {e.strategy.name} "
+            f"(P={e.strategy.population_size}, T={e.run.lifetime}{seeds})"
+        )
+
+    def plot(self, experiment: Experiment | None = None) -> Path:
+        """Draw fitness.png from metrics.jsonl.
+
+        Raises:
+            RunDirError: there are no records to draw.
+        """
+        records = self.metrics.read()
+        if not records:
+            raise RunDirError(f"{self.path} has no metrics.jsonl records to plot")
+        title = self.path.name if experiment is None else self.title(experiment)
+        return plot_fitness(records, self.path / "fitness.png", title=title)
+
+
+__all__ = ["GENOME_FILES", "RunDir", "RunDirError", "read_json", "write_atomic"]

@@ -1,0 +1,94 @@
+"""The public API is what the package faces export; docs/architecture.md lists it."""
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = (
+    "eqxevo",
+    "eqxevo.strategy",
+    "eqxevo.nets",
+    "eqxevo.envs",
+    "eqxevo.experiment",
+    "eqxevo.study",
+    "eqxevo.bench",
+)
+
+
+def exported(package: str) -> set[str]:
+    """Names a package's `__init__.py` exports: `from .m import X as X`, and the
+    names it loads on first use (a `_LAZY` table, or `name == "X"` in a module
+    `__getattr__`)."""
+    path = ROOT / package.replace(".", "/") / "__init__.py"
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names |= {a.asname for a in node.names if a.asname == a.name}
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "_LAZY" for t in node.targets
+        ):
+            assert isinstance(node.value, ast.Dict)
+            names |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+        elif isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+            for compare in ast.walk(node):
+                if isinstance(compare, ast.Compare) and isinstance(
+                    compare.comparators[0], ast.Constant
+                ):
+                    names.add(compare.comparators[0].value)
+    return names
+
+
+def documented() -> dict[str, set[str]]:
+    """The lists under docs/architecture.md's "Public API" heading."""
+    text = (ROOT / "docs/architecture.md").read_text()
+    section = text.split("## Public API", 1)[1].split("\n## ", 1)[0]
+    out = {}
+    pattern = r"^- `(eqxevo[\w.]*)`: (.+?)(?=^- `|\Z)"
+    for match in re.finditer(pattern, section, re.M | re.S):
+        out[match[1]] = set(re.findall(r"`(\w+)`", match[2]))
+    return out
+
+
+def test_every_package_face_is_listed_in_the_docs_and_nothing_else():
+    listed = documented()
+    assert set(listed) == set(PACKAGES)
+    for package in PACKAGES:
+        got, want = exported(package), listed[package]
+        assert got == want, (
+            f"{package}: exported but not listed {sorted(got - want)}; listed but "
+            f"not exported {sorted(want - got)} (docs/architecture.md, Public API)"
+        )
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_exported_name_resolves(package):
+    module = importlib.import_module(package)
+    missing = []
+    for name in sorted(exported(package)):
+        if package == "eqxevo.envs" and name == "GymnaxEnv":
+            continue  # the optional gymnax adapter: tests/test_envs_gymnax.py
+        try:
+            getattr(module, name)
+        except AttributeError:
+            missing.append(name)
+    assert not missing, f"{package} exports names it cannot give: {missing}"
+
+
+def test_no_module_imports_another_modules_private_names():
+    # `from .x import _y` or `x._y`: a protocol other modules use is public
+    offenders = []
+    for path in sorted((ROOT / "eqxevo").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                offenders += [
+                    f"{path.relative_to(ROOT)}: from {node.module} import {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    assert not offenders, offenders
