@@ -1,13 +1,6 @@
-"""The benchmark harness from a checkout: same as `eqxevo bench`.
+"""The benchmark harness from a checkout: the same command as `eqxevo bench`."""
 
-python scripts/bench.py --milestone all      # see `--help`
-python scripts/bench.py --quick              # CI smoke mode
-python scripts/bench.py --only layouts       # network layout sweep
-"""
-
-import sys
-
-from eqxevo.bench.cli import main
+from eqxevo.bench.cli import bench
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bench(prog_name="python scripts/bench.py")

@@ -272,10 +272,10 @@ def test_spawn_measures_in_a_child_and_leaves_this_process_alone():
 def test_importing_the_harness_changes_no_jax_setting():
     script = (
         "import jax; before = dict(jax.config.values)\n"
-        "import eqxevo.bench.cli, eqxevo.bench.cartpole, eqxevo.bench.cache, "
-        "eqxevo.bench.scaling, eqxevo.bench.fidelity, eqxevo.bench.spawn, "
-        "eqxevo.bench.fused\n"
-        "eqxevo.bench.cli.parser().parse_args([])\n"
+        "import eqxevo.bench.cli, eqxevo.bench.parts, eqxevo.bench.cartpole, "
+        "eqxevo.bench.cache, eqxevo.bench.scaling, eqxevo.bench.fidelity, "
+        "eqxevo.bench.spawn, eqxevo.bench.fused, eqxevo.bench.gymnax_suite\n"
+        "eqxevo.bench.cli.bench.make_context('bench', ['--quick'])\n"
         "assert dict(jax.config.values) == before\n"
         "assert not hasattr(jax, 'tree_map')\n"
         "print('unchanged')"

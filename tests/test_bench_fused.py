@@ -7,8 +7,8 @@ import math
 import jax.random as jr
 
 from eqxevo import bench
-from eqxevo.bench import cli
 from eqxevo.bench.fused import FUSED_LAYOUTS, PALLAS_COLUMNS
+from eqxevo.bench.parts import Options, run_part
 from eqxevo.bench.report import write_report
 
 TINY = {
@@ -23,10 +23,7 @@ TINY = {
 
 
 def test_without_a_gpu_every_point_is_reported_not_measured(tmp_path):
-    args = cli.parser().parse_args(
-        ["--only", "pallas", "--quick", "--out", str(tmp_path)]
-    )
-    rows = cli._pallas(args, {"backend": "cpu"})
+    rows = run_part("pallas", Options(out=tmp_path, quick=True), {"backend": "cpu"})
     grid = bench.pallas_grid(quick=True)
     assert len(rows) == len(grid) >= 2
     for row, point in zip(rows, grid, strict=True):

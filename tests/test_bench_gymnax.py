@@ -5,6 +5,8 @@ same search and that the figures are computed as documented.
 """
 
 import math
+import subprocess
+import sys
 
 import equinox as eqx
 import jax
@@ -17,23 +19,23 @@ pytest.importorskip("gymnax")
 pytest.importorskip("scipy")
 
 from eqxevo import rollout
-from eqxevo.bench import gymnax_suite as suite
+from eqxevo.bench import gymnax_sides as sides, gymnax_suite as suite, gymnax_task as gt
 
 TINY = {
-    "Pendulum-v1": suite.Task("Pendulum-v1", 4, 1, False, 4, 1, 2, -250.0, 1, steps=50),
-    "Acrobot-v1": suite.Task("Acrobot-v1", 4, 1, True, 4, 1, 2, -100.0, 1, steps=50),
+    "Pendulum-v1": gt.Task("Pendulum-v1", 4, 1, False, 4, 1, 2, -250.0, 1, steps=50),
+    "Acrobot-v1": gt.Task("Acrobot-v1", 4, 1, True, 4, 1, 2, -100.0, 1, steps=50),
 }
 
 
-@pytest.mark.parametrize("name", sorted(suite.TASKS))
+@pytest.mark.parametrize("name", sorted(gt.TASKS))
 def test_flax_and_equinox_policies_take_the_same_action(name, key):
     """evosax's flax policy and eqxevo's MLPPolicy behind GymnaxEnv are one
     function of the raw observation, from the same weights."""
-    task = suite.TASKS[name]
-    env = suite._make_env(task)
-    weights = suite.initial_weights(task, 3)
-    flax_policy = suite.flax_policy(task)
-    mlp = suite.mlp_from_flax(task, weights)
+    task = gt.TASKS[name]
+    env = gt.make_env(task)
+    weights = gt.initial_weights(task, 3)
+    flax_policy = gt.flax_policy(task)
+    mlp = gt.mlp_from_flax(task, weights)
     space = env.gymnax_env.observation_space(env.gymnax_env.default_params)
     low = np.maximum(np.asarray(space.low, np.float32), -5.0)
     high = np.minimum(np.asarray(space.high, np.float32), 5.0)
@@ -43,7 +45,7 @@ def test_flax_and_equinox_policies_take_the_same_action(name, key):
         return flax_policy.apply(weights, obs, None)
 
     def eqxevo_action(obs):
-        return env._action(mlp(env._observe(obs), None)[0])
+        return env.to_gymnax_action(mlp(env.to_observation(obs), None)[0])
 
     ours = jax.vmap(eqxevo_action)(raw)
     theirs = jax.vmap(evosax_action)(raw)
@@ -59,12 +61,12 @@ def test_flax_and_equinox_policies_take_the_same_action(name, key):
 
 def test_both_sides_start_from_the_same_mean():
     task = TINY["Pendulum-v1"]
-    eqx_side = suite.EqxevoSide(task, "snes")
-    evosax_side = suite.EvosaxSide(task, "snes")
+    eqx_side = sides.EqxevoSide(task, "snes")
+    evosax_side = sides.EvosaxSide(task, "snes")
     strategy = eqx_side.strategy(7)
     ours = strategy.mean(strategy.init(jr.key(0)))
-    _, state, _ = evosax_side._start(7)
-    theirs = suite.mlp_from_flax(task, evosax_side.es.get_mean(state))
+    _, state, _ = evosax_side.start(7)
+    theirs = gt.mlp_from_flax(task, evosax_side.es.get_mean(state))
     for a, b in zip(
         jax.tree.leaves(eqx.filter(ours, eqx.is_array)),
         jax.tree.leaves(eqx.filter(theirs, eqx.is_array)),
@@ -78,15 +80,13 @@ def test_both_sides_start_from_the_same_mean():
 
 def test_heldout_return_is_the_mean_over_the_heldout_episodes(key):
     task = TINY["Pendulum-v1"]
-    env = suite._make_env(task)
+    env = gt.make_env(task)
     params = env.default_params()
-    steps = suite.episode_length(task)
-    genomes = [
-        suite.mlp_from_flax(task, suite.initial_weights(task, s)) for s in (0, 1)
-    ]
-    got = suite.heldout_returns(task, genomes)
-    keys = suite.heldout_keys()
-    assert keys.shape == (suite.HELDOUT_EPISODES,) and suite.HELDOUT_EPISODES >= 32
+    steps = gt.episode_length(task)
+    genomes = [gt.mlp_from_flax(task, gt.initial_weights(task, s)) for s in (0, 1)]
+    got = gt.heldout_returns(task, genomes)
+    keys = gt.heldout_keys()
+    assert keys.shape == (gt.HELDOUT_EPISODES,) and gt.HELDOUT_EPISODES >= 32
     for genome, value in zip(genomes, got, strict=True):
         returns = [
             rollout(jr.split(k, 1)[0], genome, env, params, steps, reset_on_done=False)[
@@ -99,7 +99,7 @@ def test_heldout_return_is_the_mean_over_the_heldout_episodes(key):
 
 
 def test_heldout_keys_differ_from_every_seed_training_key():
-    heldout = {tuple(np.asarray(jr.key_data(k)).tolist()) for k in suite.heldout_keys()}
+    heldout = {tuple(np.asarray(jr.key_data(k)).tolist()) for k in gt.heldout_keys()}
     for seed in range(8):
         for k in (
             jr.key(seed),
@@ -118,7 +118,7 @@ def test_mann_whitney_separates_two_clear_groups_and_not_equal_ones():
 
 
 def test_time_to_target_is_the_first_kept_mean_at_or_above_it():
-    run = suite.Run(
+    run = sides.Run(
         seconds=[1.0, 2.0, 3.0, 4.0],
         generations=[10, 20, 30, 40],
         means=[None] * 4,
@@ -157,16 +157,40 @@ def test_unknown_suite_envs_are_named():
 
 
 def test_the_suite_is_a_bench_part():
-    from eqxevo.bench import cli
+    from eqxevo.bench.cli import bench
+    from eqxevo.bench.parts import PARTS, QUICK_PARTS
 
-    assert "gymnax" in cli.PARTS
-    assert cli.parser().parse_args(["--only", "gymnax"]).only == ["gymnax"]
+    assert "gymnax" in PARTS and "gymnax" in QUICK_PARTS
+    context = bench.make_context("bench", ["--only", "gymnax"])
+    assert context.params["only"] == ("gymnax",)
+
+
+def test_the_suite_runs_as_a_module_and_names_an_unknown_task():
+    done = subprocess.run(
+        [sys.executable, "-m", "eqxevo.bench.gymnax_suite", "--quick", "--env", "No"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"Error: envs: ['No'] are not in the suite; it has {list(gt.QUICK_TASKS)}"
+    )
+    assert done.stdout == ""
+
+
+def test_the_suite_command_checks_its_counts_before_starting_jax():
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(suite.main, ["--seeds", "0"])
+    assert result.exit_code == 1
+    assert result.output == "Error: --seeds must be a positive int; got 0\n"
 
 
 def test_episodes_fitness_averages_whole_episodes(key):
     task = TINY["Pendulum-v1"]
-    fitness = suite.fitness_for(task, episodes=3)
-    genome = suite.mlp_from_flax(task, suite.initial_weights(task, 0))
+    fitness = gt.fitness_for(task, episodes=3)
+    genome = gt.mlp_from_flax(task, gt.initial_weights(task, 0))
     got = eqx.filter_jit(fitness)(genome, key)
     env, params = fitness.env, fitness.env_params
     expected = jnp.mean(

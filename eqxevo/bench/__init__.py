@@ -1,20 +1,4 @@
-"""Benchmark harness: every figure in docs/performance.md comes from here.
-
-`eqxevo bench ...` and `python scripts/bench.py ...` are thin over `bench.cli`.
-Timings are reported as ratios against baselines run in the same process and
-are never asserted in tests.
-
-- `common`: machine info, timing, memory, tables and files;
-- `spawn`: one measurement in a child process (device count, JAX config);
-- `milestones`: L0/L2/L4 through `eqxevo.evolve`;
-- `baselines`: the same math written by hand, for the ratio table;
-- `cartpole`: eqxevo against evosax's GymnaxProblem and EvoJAX on CartPole;
-- `scaling`: curves against P, T, E, N, devices and batch size;
-- `cache`: the persistent compilation cache, cold against warm;
-- `fidelity`: multi-fidelity against full evaluation, per agent-step;
-- `nets`: network layouts and trace dtypes;
-- `fused`: the fused Pallas kernel against the XLA layouts (GPU only);
-- `cli`: the command line.
+"""The benchmark harness (`eqxevo bench`): every figure of docs/performance.md.
 
 Importing the package loads nothing else: names load on first use.
 """

@@ -1,32 +1,6 @@
-"""What a researcher would write by hand, for the milestone's ratio table.
-
-Each baseline computes what `evolve` computes, by hand: the same population, the
-same lifetime and the same episodes. `evolve` evaluates with shared episodes
-(`episodes="shared"`): every genome of a generation plays the lifetime of key
-`fold_in(eval_key, 0)`. So does every baseline, and each checks its fitness
-against eqxevo's (`matches_evaluate`, `matches_evolve`: equal to float32
-rounding; not bit for bit, the programs differ). Each reports agent-steps per
-second:
-
-- `python_step_loop` (`python_loop(jitted="step")`): a Python loop over
-  genomes and steps around one jitted step (eqxevo's own rollout step).
-- `python_scan_loop` (`python_loop(jitted="scan")`): a Python loop over
-  genomes, one jitted `lax.scan` lifetime each (compiled once).
-- `numpy_vectorised`: the L0 lifetime in NumPy float32, vectorised over the
-  population (a `bincount` over population-global edge ids), on the episode's
-  random draws (the layout and the sensor noise, drawn from the same keys).
-- `hand_fused`: the best hand-written JAX program: raw evosax ask, `vmap` of
-  the lifetime over the population with one episode key for all, raw evosax
-  tell, in one `jit` over a `lax.scan` of generations, on flat parameter
-  vectors (no eqxevo machinery at all).
-- `hand_fused_genome_keys`: the same, with every genome deriving the episode
-  key itself inside the vmap, as `eqxevo.evaluate` does (so the random draws
-  are computed per genome: what keeps its bits independent of batch size).
-
-The two Python loops are slow by design, so they time a few genomes and short
-lifetimes (`num_genomes`, `num_steps`): their rate per agent-step does not
-depend on P, and barely on T.
-"""
+"""What a researcher would write by hand, for the milestones' ratio table: each
+plays `evolve`'s episodes and checks its fitness against eqxevo's (see
+docs/performance.md, "How the harness measures")."""
 
 import math
 from typing import Any, Literal
@@ -38,7 +12,8 @@ import jax.random as jr
 import numpy as np
 
 from ..evaluate import evaluate
-from ..rollout import _start, _step, rollout
+from ..keys import generation_keys, run_keys
+from ..rollout import lifetime_step, rollout, start_lifetime
 from .common import time_call
 
 
@@ -48,6 +23,8 @@ def episode_key(eval_key: jax.Array) -> jax.Array:
 
 
 def _genome(population: Any, i: int) -> Any:
+    # evolvable (float) leaves carry the population axis; integer topology and
+    # static leaves are shared by every genome
     return jax.tree.map(lambda x: x[i] if eqx.is_inexact_array(x) else x, population)
 
 
@@ -88,11 +65,12 @@ def python_loop(
 
     @eqx.filter_jit
     def start(genome: Any, k: jax.Array) -> Any:
-        return _start(genome, env, env_params, k)
+        return start_lifetime(genome, env, env_params, k)
 
     @eqx.filter_jit
     def step(genome: Any, keys: Any, carry: Any) -> Any:
-        return _step(genome, env, env_params, keys, True, False, carry)[0]
+        # `rollout`'s defaults: auto-reset the environment, not the policy
+        return lifetime_step(genome, env, env_params, keys, True, False, carry)[0]
 
     def step_by_step(genome: Any, k: jax.Array) -> jax.Array:
         carry, keys = start(genome, k)
@@ -149,12 +127,16 @@ def l0_draws(key: jax.Array, num_steps: int) -> dict[str, np.ndarray]:
     `noise` (`(num_steps + 1, 2)` standard normals: the sensors at reset, then
     after each step).
     """
+    # `rollout.start_lifetime`'s splits (reset and policy keys, then the per-step
+    # env, reset and policy roots), keeping only what the environment draws from
     init_key, run_key = jr.split(key)
     reset_key, _ = jr.split(init_key)
     env_keys, _, _ = jr.split(run_key, 3)
+    # `Chemotaxis.reset`: the layout's uniforms, then the first sensor noise
     layout_key, noise_key = jr.split(reset_key)
     layout = jr.uniform(layout_key, (4,), jnp.float32)
     first = jr.normal(noise_key, (2,), jnp.float32)
+    # step t's sensor noise: the env key folded with t, as `rollout`'s step does
     steps = jax.vmap(lambda t: jr.normal(jr.fold_in(env_keys, t), (2,), jnp.float32))(
         jnp.arange(num_steps)
     )
@@ -325,17 +307,19 @@ def hand_fused(
 
     def population_fitness(xs: jax.Array, eval_key: jax.Array) -> jax.Array:
         if genome_keys:
+            # every genome folds in index 0 itself: the same shared episode, but
+            # its random draws computed once per genome, as `evaluate` does
             ids = jnp.zeros((xs.shape[0],), jnp.int32)
             return jax.vmap(lambda x, i: lifetime(x, jr.fold_in(eval_key, i)))(xs, ids)
         return jax.vmap(lifetime, in_axes=(0, None))(xs, episode_key(eval_key))
 
     @jax.jit
     def run(key: jax.Array) -> Any:
-        init_key, run_key = jr.split(key)
+        init_key, run_key = run_keys(key)
         state = algorithm.init(init_key, flat, params)
 
         def generation(state: Any, g: jax.Array) -> Any:
-            ask_key, eval_key, tell_key = jr.split(jr.fold_in(run_key, g), 3)
+            ask_key, eval_key, tell_key = generation_keys(run_key, g)
             xs, state = algorithm.ask(ask_key, state, params)
             fitness = population_fitness(xs, eval_key)
             state, _ = algorithm.tell(tell_key, xs, sign * fitness, state, params)
@@ -343,6 +327,7 @@ def hand_fused(
 
         return jax.lax.scan(generation, state, jnp.arange(num_generations))
 
+    # `run` returns on device: `time_call` waits for the per-generation best
     compile_s, wall, _ = time_call(lambda: run(key)[1], repeats)
     return {
         "baseline": "hand_fused_genome_keys" if genome_keys else "hand_fused",

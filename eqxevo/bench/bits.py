@@ -1,23 +1,17 @@
-"""`eqxevo bench --only bits`: do L0/L2/L4 give the same bits across batch sizes
-and device counts, at their milestone lifetimes and at 1e5 steps?
+"""`eqxevo bench --only bits`: the same bits across batch sizes and device counts?
 
-The tests prove the mechanisms at short lifetimes (docs/reproducibility.md);
-this part measures the milestone workloads themselves, where a last-bit
-difference would have 1e5 steps to grow. One population of each milestone
-(P = 32, shared and per-genome episodes) is evaluated whole on one device (the
-reference), with `batch_size=16`, and on meshes of 2 and 4 host devices. The
-device counts need a fresh process (`--xla_force_host_platform_device_count`),
-so the part runs this module as a subprocess:
+`python -m eqxevo.bench.bits [--quick]` in a process with 4 host devices (as
+`run_bits` runs it) prints one JSON record per line."""
 
-    python -m eqxevo.bench.bits [--quick]        # prints one JSON record per line
-"""
-
-import argparse
 import json
 import os
 import subprocess
 import sys
 from typing import Any
+
+import click
+
+from .._cli import CONTEXT
 
 POPULATION = 32
 DEVICES = 4
@@ -77,6 +71,7 @@ def _compare(name: str, lifetime: int, params: dict[str, Any]) -> list[dict]:
                 for (path, a), b in zip(leaves, ref_leaves, strict=True)
                 if not np.array_equal(np.asarray(a), np.asarray(b))
             ]
+            # relative to the largest reference fitness (0 when bit-identical)
             fitness_gap = float(
                 jnp.max(jnp.abs(out[0] - reference[0]))
                 / jnp.maximum(jnp.max(jnp.abs(reference[0])), 1e-30)
@@ -95,14 +90,13 @@ def _compare(name: str, lifetime: int, params: dict[str, Any]) -> list[dict]:
     return records
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eqxevo.bench.bits")
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    for name, lifetime, params in _workloads(args.quick):
+@click.command("bits", context_settings=CONTEXT)
+@click.option("--quick", is_flag=True, help="Short lifetimes with frequent resets.")
+def main(quick: bool) -> None:
+    """Print one JSON record per milestone, episode mode and variant."""
+    for name, lifetime, params in _workloads(quick):
         for record in _compare(name, lifetime, params):
             print(json.dumps(record), flush=True)
-    return 0
 
 
 def run_bits(quick: bool) -> list[dict[str, Any]]:
@@ -123,4 +117,4 @@ def run_bits(quick: bool) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main(prog_name="python -m eqxevo.bench.bits")

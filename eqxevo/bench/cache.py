@@ -1,10 +1,4 @@
-"""The persistent compilation cache: a cold start against a warm one.
-
-Two child processes (`bench.spawn`) run the same L0 generation on one cache
-directory: the first compiles and writes the cache, the second reads it. Each
-reports its start-up (imports, building the experiment), its first generation
-(compilation included) and a steady one; `compile_s` is the difference.
-"""
+"""The persistent compilation cache: a cold start against a warm one."""
 
 import tempfile
 import time
@@ -56,6 +50,7 @@ def compilation_cache(*, quick: bool = False) -> dict[str, Any]:
     sizes = QUICK_BASE if quick else FULL_BASE
     runs = {}
     with tempfile.TemporaryDirectory(prefix="eqxevo-cache-") as cache:
+        # cache every program, however small and quick to compile
         config = {
             "jax_compilation_cache_dir": cache,
             "jax_persistent_cache_min_compile_time_secs": 0.0,

@@ -1,23 +1,6 @@
 """CartPole: eqxevo against evosax's GymnaxProblem and EvoJAX's SimManager.
 
-Same network (an MLP of two hidden layers of 32 tanh units), same population and
-the same number of environment steps per genome (T steps of one episode; after
-it ends the steps still run, masked, as in GymnaxProblem and EvoJAX), one
-generation = ask, evaluate the population, tell:
-
-- eqxevo: `evolve` with SNES on `gymnax:CartPole-v1` (the `rl` extra);
-- evosax: `GymnaxProblem("CartPole-v1", MLP)` with evosax's SNES, the jitted
-  `ask`/`eval`/`tell` calls of evosax's own examples, one Python call each per
-  generation;
-- EvoJAX: `SimManager.eval_params` on EvoJAX's own cart-pole task
-  (`CartPoleSwingUp`, balance variant: its own physics, same sizes) with its
-  `MLPPolicy` and PGPE (the `bench` extra).
-
-A side that cannot run (a package missing, an error) is reported with the
-reason. eqxevo and EvoJAX use every device (EvoJAX pmaps over them, eqxevo
-shards the population); evosax's problem runs on one. `eqxevo bench` runs the
-comparison in a child process exposing one CPU device per core
-(`bench.spawn`), so the harness's own process keeps JAX as it found it.
+The sides and what they share: docs/performance.md, "How the harness measures".
 """
 
 import contextlib
@@ -33,6 +16,17 @@ from ..experiment import build
 from .milestones import time_evolve
 
 HIDDEN = 32
+
+CARTPOLE_COLUMNS = [
+    "side",
+    "population_size",
+    "lifetime",
+    "agent_steps_per_s",
+    "compile_s",
+    "eqxevo_over_side",
+    "skipped",
+]
+"""The columns of the CartPole table (`cartpole_comparison`'s records)."""
 
 
 def eqxevo_cartpole(
@@ -244,6 +238,7 @@ def cartpole_comparison(
 
 
 __all__ = [
+    "CARTPOLE_COLUMNS",
     "cartpole_comparison",
     "eqxevo_cartpole",
     "evojax_cartpole",

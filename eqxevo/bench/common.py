@@ -41,6 +41,7 @@ def time_call(fn: Callable[[], Any], repeats: int) -> tuple[float, float, float]
         (all its threads); on a shared machine it is steadier than wall time.
     """
     start = time.perf_counter()
+    # JAX dispatches asynchronously: a call is timed until its outputs exist
     jax.block_until_ready(fn())
     compile_s = time.perf_counter() - start
     walls, cpus = [], []
@@ -71,7 +72,7 @@ def program_bytes(fn: Callable[..., Any], *args: Any) -> dict[str, int] | None:
     """
     try:
         analysis = jax.jit(fn).lower(*args).compile().memory_analysis()
-    except Exception:
+    except Exception:  # a backend without the analysis raises rather than says so
         return None
     if analysis is None:
         return None
@@ -80,6 +81,17 @@ def program_bytes(fn: Callable[..., Any], *args: Any) -> dict[str, int] | None:
         "output_bytes": int(analysis.output_size_in_bytes),
         "temp_bytes": int(analysis.temp_size_in_bytes),
     }
+
+
+def add_record(
+    records: list[dict[str, Any]],
+    record: dict[str, Any],
+    log: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    """Append `record` to `records` and hand it to `log` (if any) as it is made."""
+    records.append(record)
+    if log is not None:
+        log(record)
 
 
 def fmt(value: Any) -> str:
@@ -113,12 +125,15 @@ def write_records(
     (out / f"{name}.json").write_text(
         json.dumps({"machine": meta, "records": list(rows)}, indent=1, default=str)
     )
+    # records may differ (a skipped point has no timings): the CSV's columns are
+    # the union of their keys, in the order first seen
     keys: list[str] = []
     for r in rows:
         keys += [k for k in r if k not in keys]
     with (out / f"{name}.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=keys)
         writer.writeheader()
+        # a list or dict goes into one cell, as JSON
         writer.writerows(
             {
                 k: json.dumps(v) if isinstance(v, list | dict) else v
@@ -129,6 +144,7 @@ def write_records(
 
 
 __all__ = [
+    "add_record",
     "fmt",
     "machine_info",
     "peak_memory",

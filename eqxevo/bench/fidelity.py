@@ -1,15 +1,4 @@
-"""Multi-fidelity on L0: the fitness reached per generation and per agent-step.
-
-Two variants of one SNES search on the L0 milestone's genome: `full` (every
-genome plays the whole lifetime) and `multi_fidelity` (`eqxevo.MultiFidelity`:
-a proxy of `proxy_fraction` of the lifetime for every genome, the whole
-lifetime for the best `num_promoted`). Fitness is the mean reward per step, so
-the proxy is on the full evaluation's scale. Each variant is one `evolve` call
-over `seeds` seeds; its callback, every `eval_every` generations (one chunk),
-scores each seed's search mean on `test_episodes` held-out full lifetimes (the
-test fitness) and adds up the agent-steps spent. Nothing else loops over
-generations.
-"""
+"""Multi-fidelity on L0: test fitness per generation and per agent-step spent."""
 
 from pathlib import Path
 from typing import Any
@@ -21,10 +10,11 @@ import jax.random as jr
 import numpy as np
 
 from .._types import PRNGKey
-from ..evolve import Chunk, evolve, initial_state
+from ..evolve import Chunk, evolve
 from ..experiment import build
 from ..fidelity import MultiFidelity
 from ..rollout import rollout
+from ..runs import initial_state
 from .milestones import milestone_experiment
 
 FULL = {"generations": 120, "eval_every": 10, "seeds": 3, "test_episodes": 64}
@@ -67,6 +57,7 @@ def fidelity_curves(
     k = num_promoted or population_size // 4
 
     def lifetime(steps: int) -> Any:
+        # reward per step: a proxy lifetime scores on the full lifetime's scale
         def mean_reward(genome: Any, genome_key: PRNGKey) -> Any:
             total, summary = rollout(genome_key, genome, env, params, steps)
             return total / steps, summary
@@ -101,6 +92,7 @@ def fidelity_curves(
     rows: list[dict[str, Any]] = []
     for name, fitness_fn in variants.items():
         curve = _Curve(name, test_fitness, population_size * full_steps, rows)
+        # generation 0: the starting mean, before any generation has a best
         curve.record(0, start, np.full(seeds, np.nan))
         evolve(
             key,
@@ -153,6 +145,7 @@ class _Curve:
     def __call__(self, chunk: Chunk) -> None:
         history = chunk.history
         steps = history.get("agent_steps")
+        # only a multi-fidelity fitness reports its agent-steps per generation
         if steps is None:
             steps = np.full(history["best"].shape, self.full_cost, np.int64)
         per_seed = np.sum(steps, axis=-1).astype(np.int64)

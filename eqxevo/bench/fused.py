@@ -1,14 +1,9 @@
 """Pallas vs XLA: the fused step kernel against the XLA layouts, same network.
 
-`eqxevo bench --only pallas` times every layout (segment, gather, dense and the
-fused "pallas" kernel, `eqxevo.nets.fused`) on the same populations, with and
-without plasticity, and checks before timing that the kernel's fitness agrees
-with the gather layout's. It needs a GPU: on CPU the kernel runs only in Pallas
-interpret mode, which checks results (the tests do) but says nothing about
-speed, so there every point is reported as "needs a GPU: not measured" and
-nothing is timed. Timings are never asserted in tests.
+GPU only: elsewhere every point is reported "needs a GPU: not measured".
 """
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,7 +13,8 @@ import jax.random as jr
 
 from .._types import PRNGKey
 from ..evaluate import evaluate
-from .nets import DENSE_MAX_BYTES, build_policy, layout_throughput, make_population
+from .common import add_record
+from .nets import dense_too_large, echo_lifetime, echo_population, layout_throughput
 
 NEEDS_GPU = "needs a GPU: not measured"
 FUSED_LAYOUTS: tuple[str, ...] = ("segment", "gather", "dense", "pallas")
@@ -100,26 +96,21 @@ def fitness_agreement(
     A short lifetime (at most 50 steps) of the same population, keys and
     network; differences are float32 rounding (docs/performance.md).
     """
-    from .nets import _echo_rollout
-
     policy_key, population_key, eval_key = jr.split(key, 3)
+    lifetime = functools.partial(echo_lifetime, num_steps=min(num_steps, 50))
     fitness = {}
     for layout in ("gather", "pallas"):
-        policy = build_policy(
+        _, population = echo_population(
+            policy_key,
+            population_key,
+            population_size,
             model=model,
             num_neurons=num_neurons,
             fan_in=fan_in,
             layout=layout,
             plastic=plastic,
             trace_dtype=trace_dtype or "float32",
-            key=policy_key,
         )
-        population = make_population(policy, population_size, population_key)
-        steps = min(num_steps, 50)
-
-        def lifetime(genome: Any, genome_key: PRNGKey, steps: int = steps) -> Any:
-            return _echo_rollout(genome, genome_key, steps)
-
         fitness[layout] = evaluate(eval_key, lifetime, population)[0]
     return float(jnp.max(jnp.abs(fitness["pallas"] - fitness["gather"])))
 
@@ -156,23 +147,20 @@ def pallas_comparison(
     records: list[dict[str, Any]] = []
     for point in pallas_grid(quick) if points is None else points:
         if platform != "gpu":
-            record = {**point, "layout": "pallas", "skipped": NEEDS_GPU}
-            records.append(record)
-            if log is not None:
-                log(record)
+            # interpret mode would check the kernel, not time it: no figure
+            add_record(
+                records, {**point, "layout": "pallas", "skipped": NEEDS_GPU}, log
+            )
             continue
         # the first compiled run of the kernel checks its results first
         agreement = fitness_agreement(key=key, **point)
         speeds: dict[str, float] = {}
         for layout in FUSED_LAYOUTS:
-            n, p = point["num_neurons"], point["population_size"]
-            dense_bytes = p * n * n * 4 * (2 if point["plastic"] else 1)
-            if layout == "dense" and dense_bytes > DENSE_MAX_BYTES:
-                record = {
-                    **point,
-                    "layout": layout,
-                    "skipped": f"dense state {dense_bytes / 2**30:.1f} GiB",
-                }
+            skipped = dense_too_large(
+                layout, point["num_neurons"], point["population_size"], point["plastic"]
+            )
+            if skipped:
+                record = {**point, "layout": layout, "skipped": skipped}
             else:
                 record = layout_throughput(
                     layout=layout,
@@ -187,9 +175,7 @@ def pallas_comparison(
                     key=key,
                 )
                 speeds[layout] = record["steps_per_s"]
-            records.append(record)
-            if log is not None:
-                log(record)
+            add_record(records, record, log)
         xla = {name: s for name, s in speeds.items() if name != "pallas"}
         best = max(xla, key=lambda name: xla[name]) if xla else None
         summary = {
@@ -204,9 +190,7 @@ def pallas_comparison(
             ),
             "fitness_max_abs_diff": agreement,
         }
-        records.append(summary)
-        if log is not None:
-            log(summary)
+        add_record(records, summary, log)
     return records
 
 

@@ -1,29 +1,6 @@
-"""Kernels per loop iteration, read from XLA's optimised HLO.
+"""Kernels per loop iteration, counted in XLA's optimised HLO text.
 
-`loop_body_kernels(jax.jit(f).lower(*args).compile().as_text())` counts what
-XLA runs on every iteration of the program's lifetime `while` loop. On XLA:CPU
-each counted instruction is one kernel launch (a thunk), so the count is the
-per-step overhead that wall-clock figures hide behind noise.
-
-Counting rule, exactly:
-
-- The loop: the `while` with the largest `known_trip_count` (XLA writes it in
-  the while's backend config); with no trip count, or a tie, the one whose
-  body has the most instructions. `trip_count=n` picks a loop with that count.
-- Counted: every instruction of the loop's body computation except those that
-  launch nothing: `parameter`, `constant`, `get-tuple-element`, `tuple`,
-  `bitcast`, `after-all`, `opt-barrier`, `partition-id`, `replica-id`,
-  `add-dependency` and `domain`. A `fusion` counts once, however many ops it
-  holds (its `kind=kLoop/kInput/kOutput` is kept apart in `by_fusion_kind`).
-  A `copy` is a real memory pass and counts (as `copy`).
-- A `call` runs its callee inline: its callee's kernels are counted instead of
-  it. A `conditional` counts 1 plus its largest branch.
-- A nested `while` (on CPU, JAX lowers every threefry hash to a 5-trip loop)
-  counts 1 plus, per trip of its known trip count (1 if unknown), its body's
-  and its condition's kernels, recursively; those are also given apart as
-  `in_nested_loops`, and `top_level` counts the body's own instructions.
-- The loop's condition computation runs once per iteration too; its kernels
-  are given apart as `condition` and not added to `total`.
+The counting rule: docs/performance.md, "How the harness measures".
 """
 
 import json
@@ -48,16 +25,21 @@ NOT_KERNELS = frozenset(
 )
 """Opcodes that launch no kernel on XLA:CPU (aliases, bookkeeping)."""
 
+# A computation starts with `[ENTRY] %name (params) -> shape {` and ends with `}`;
+# an instruction is `[ROOT] %name = shape opcode(operands), attributes`.
 _HEADER = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _INSTRUCTION = re.compile(
     r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s([a-z][\w\-]*)\((.*)$"
 )
+# the computations an instruction runs: fusions, calls, reductions, loops
 _CALLEE = re.compile(r"\b(calls|to_apply|body|condition)=%?([\w.\-]+)")
 _BRANCHES = re.compile(
     r"\b(?:branch_computations=\{([^}]*)\}|(?:true|false)_computation=%?([\w.\-]+))"
 )
+# XLA writes a loop's trip count, when it knows it, in the backend config JSON
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _FUSION_KIND = re.compile(r"\bkind=(k\w+)")
+# a pseudo-opcode counting what ran inside nested loops; popped before returning
 _NESTED = "<in nested loops>"
 
 
@@ -91,6 +73,7 @@ def _computations(text: str) -> dict[str, list[_Instruction]]:
     for line in text.splitlines():
         if current is None:
             header = _HEADER.match(line)
+            # an `=` before the parameters is an instruction, not a header
             if header and "=" not in line.split("{")[0].split("(")[0]:
                 current = computations.setdefault(header.group(1), [])
             continue
@@ -114,11 +97,13 @@ def _count(
         if op in NOT_KERNELS:
             continue
         if op == "call":
+            # a call launches nothing itself: its callee's kernels run in place
             callee = instruction.callee("to_apply")
             if callee in computations:
                 _count(callee, computations, counts, fusion_kinds)
                 continue
         if op == "conditional":
+            # one branch runs: count the largest, an upper bound per iteration
             best: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
             for branch in instruction.branches():
                 c: Counter[str] = Counter()
@@ -139,7 +124,7 @@ def _count(
             for callee in (body, condition):
                 if callee is not None:
                     _count(callee, computations, inner, inner_kinds)
-            n = int(trip.group(1)) if trip else 1
+            n = int(trip.group(1)) if trip else 1  # unknown: count one trip
             for key, value in inner.items():
                 counts[key] += n * value
                 if key != _NESTED:  # already inside the opcode counts
@@ -158,7 +143,7 @@ def loop_body_kernels(compiled_text: str | None, trip_count: int | None = None) 
     Arguments:
         compiled_text: `jax.jit(f).lower(*args).compile().as_text()`.
         trip_count: pick the `while` with this known trip count (default: the
-            largest; see the module docstring for the whole rule).
+            largest; the whole rule is in docs/performance.md).
 
     Returns:
         `{"total", "top_level", "in_nested_loops", "by_opcode": {opcode: n},

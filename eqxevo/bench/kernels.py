@@ -1,17 +1,5 @@
-"""Deterministic figures of a lifetime step: kernels per step and planned bytes.
-
-Both come from the compiled program, not from a clock, so they hold on a busy
-machine:
-
-- `milestone_kernels`: kernels XLA:CPU runs per lifetime step when it evaluates
-  a milestone population (`bench.hlo.loop_body_kernels`), for the default
-  compilation and a few alternatives (`KERNEL_OPTIONS`);
-- `memory_per_genome`: XLA's planned argument + output + temporary bytes for
-  evaluating an L4 population at two sizes, per trace dtype; the slope between
-  them is the cost of one more genome;
-- `chunk_donation`: the planned bytes of one `evolve` chunk with and without
-  donating its strategy-state carry.
-"""
+"""Figures read from the compiled program, not a clock: kernels per lifetime step,
+planned bytes per genome, and what donating a chunk's state saves."""
 
 from typing import Any
 
@@ -35,6 +23,23 @@ KERNEL_OPTIONS: dict[str, dict[str, Any]] = {
     },
 }
 """XLA:CPU compile options tried per milestone (jaxlib 0.10.2 accepts these)."""
+
+KERNEL_COLUMNS = [
+    "milestone",
+    "option",
+    "kernels_per_step",
+    "top_level",
+    "in_nested_loops",
+]
+"""The columns of the kernels table (`milestone_kernels`'s records)."""
+
+MEMORY_COLUMNS = [
+    "trace_dtype",
+    "population_sizes",
+    "planned_bytes",
+    "bytes_per_genome",
+]
+"""The columns of the memory table (`memory_per_genome`'s records)."""
 
 
 def _evaluation(built: Built) -> tuple[Any, tuple[Any, ...]]:
@@ -107,6 +112,7 @@ def _planned(compiled: Any) -> dict[str, int]:
     argument = int(analysis.argument_size_in_bytes)
     output = int(analysis.output_size_in_bytes)
     temp = int(analysis.temp_size_in_bytes)
+    # an aliased buffer is both an argument and an output: count it once
     alias = int(analysis.alias_size_in_bytes)
     return {
         "argument_bytes": argument,
@@ -140,6 +146,7 @@ def memory_per_genome(
             built = _l4_with_traces(trace_dtype, p, lifetime)
             run, args = _evaluation(built)
             planned[p] = _planned(jax.jit(run).lower(*args).compile())
+        # what every program holds regardless of P cancels in the difference
         slope = (planned[large]["planned_bytes"] - planned[small]["planned_bytes"]) / (
             large - small
         )
@@ -170,28 +177,27 @@ def chunk_donation(
     The chunk program takes the strategy state and returns the next one; with
     the state donated XLA may write the result into the argument's buffers.
     """
-    from ..evolve import _run_chunk, run_keys
+    from ..evaluate import EvalSettings
+    from ..keys import run_keys
+    from ..program import ChunkProgram, run_chunk
 
     p = population_size or (16 if quick else 128)
     built = _l4_with_traces("float32", p, 400 if quick else 20000)
     strategy = built.strategy
     state = strategy.init(jr.key(1))
+    # one run, no seeds axis: `evolve`'s own run key
     _, run_key = run_keys(built.key, None, None)
 
     def chunk(state: Any, halted: jax.Array) -> Any:
-        return _run_chunk(
+        program = ChunkProgram(chunk_size, False, "none", EvalSettings())
+        return run_chunk(
+            program,
             strategy,
             built.fitness,
             run_key,
             state,
             halted,
             jnp.asarray(chunk_size, jnp.int32),
-            chunk_size,
-            False,
-            "none",
-            None,
-            None,
-            "shared",
         )[:2]
 
     halted = jnp.zeros((), jnp.bool_)
@@ -214,7 +220,9 @@ def chunk_donation(
 
 
 __all__ = [
+    "KERNEL_COLUMNS",
     "KERNEL_OPTIONS",
+    "MEMORY_COLUMNS",
     "chunk_donation",
     "memory_per_genome",
     "milestone_kernels",

@@ -1,23 +1,5 @@
-"""The milestone workloads L0, L2 and L4, timed through `eqxevo.evolve`.
-
-Each milestone is an ordinary experiment (`eqxevo.config.Experiment`), built by
-`eqxevo.experiment.build` exactly as `eqxevo run` builds it, and timed by calling
-`evolve` (the one loop). Per milestone:
-
-- `compile_s`: first call minus a steady call (tracing + XLA compilation);
-- `generation_s`: median over repeats of a steady call, per generation
-  (`evolve` returns on the host, so every repeat is complete);
-- `agent_steps_per_s`: P T / `generation_s`;
-- `sharded`: the same with the population split over `sharded_devices` CPU
-  devices, measured in a child process that exposes them (`bench.spawn`; by
-  default one per core: the all-cores figure);
-- memory: the device allocator's peak where there is one, else the process's
-  peak RSS, plus XLA's planned bytes for one generation's evaluation.
-
-With `baselines_too=True` (L0 by default) the same population and lifetime also
-run through the hand-written alternatives of `bench.baselines`, reported as
-ratios; each plays `evolve`'s episodes and checks its fitness against eqxevo's.
-"""
+"""The milestone workloads L0, L2 and L4, built as `eqxevo run` builds them and
+timed through `eqxevo.evolve`; where an L0 step's time goes."""
 
 import os
 import time
@@ -73,6 +55,16 @@ QUICK_SIZES: dict[str, tuple[int, int]] = {
 }
 """(P, T) in quick mode (the CI smoke run)."""
 
+BREAKDOWN_COLUMNS = [
+    "variant",
+    "population_size",
+    "lifetime",
+    "agent_steps_per_s",
+    "kernels_per_step",
+    "kernels_in_nested_loops",
+]
+"""The columns of the breakdown table (`l0_breakdown`'s records)."""
+
 
 def milestone_experiment(name: str, *, quick: bool = False) -> Experiment:
     """The experiment of milestone `name` ("L0", "L2", "L4"), shrunk if `quick`."""
@@ -110,11 +102,12 @@ def time_evolve(
             chunk_size=num_generations,
             mesh=mesh,
         )
-        best[:] = [result.best_fitness]
+        best[:] = [result.best_fitness]  # the last call's, for `best_bits`
         return result.best_fitness
 
     first, wall, cpu = time_call(call, repeats)
     timing: dict[str, Any] = {
+        # on a busy machine a steady call can outlast the first one
         "compile_s": max(first - wall, 0.0),
         "generation_s": wall / num_generations,
         "generation_cpu_s": cpu / num_generations,
@@ -181,7 +174,12 @@ def run_milestone(
     num_generations: int | None = None,
     sharded_devices: int | None = None,
 ) -> dict[str, Any]:
-    """Time milestone `name`; returns one record (see the module docstring).
+    """Time milestone `name`; returns one record.
+
+    The record holds the workload, `compile_s`, `generation_s` (median steady
+    call per generation), `agent_steps_per_s` (P T / `generation_s`), peak
+    memory and XLA's planned bytes of one generation's evaluation; with
+    `baselines_too` (L0 by default) the hand-written `baselines`, as ratios.
 
     `sharded_devices` (default: one per CPU core) > 1 adds the `sharded`
     figure, from a child process with that many devices.
@@ -213,6 +211,7 @@ def run_milestone(
         "evaluation_program": evaluation_bytes(built),
     }
     devices = sharded_devices or os.cpu_count() or 1
+    # the population must split evenly over the devices
     if devices > 1 and p % devices == 0:
         record["sharded"] = spawn.call(
             "eqxevo.bench.milestones:time_milestone",
@@ -389,6 +388,8 @@ def l0_breakdown(*, quick: bool = False, repeats: int = 3) -> list[dict[str, Any
     ]
     rows = []
     for name, pop, fn in variants:
+        # default arguments bind this iteration's values (a closure would see the
+        # loop's last ones)
         run = eqx.filter_jit(lambda pop, key, fn=fn: evaluate(key, fn, pop)[0])
         _, wall, _ = time_call(lambda pop=pop, run=run: run(pop, jr.key(2)), repeats)
         text = (
@@ -412,6 +413,7 @@ def l0_breakdown(*, quick: bool = False, repeats: int = 3) -> list[dict[str, Any
 
 
 __all__ = [
+    "BREAKDOWN_COLUMNS",
     "MILESTONES",
     "QUICK_SIZES",
     "evaluation_bytes",

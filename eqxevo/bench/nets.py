@@ -1,9 +1,9 @@
 """Network benchmarks: layout throughput, memory per genome, trace dtype drift.
 
-The figures behind docs/performance.md "Networks"; `eqxevo bench layouts` and
-`eqxevo bench traces` run them. Timings are never asserted in tests.
+The workload is described in docs/performance.md, "How the harness measures".
 """
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,23 +15,25 @@ import numpy as np
 
 from .._types import PRNGKey
 from ..evaluate import evaluate
-from .common import time_call
-
-# =====================================================================================
-# Network layouts (eqxevo/nets): step throughput, memory per genome, trace dtype drift
-# =====================================================================================
-#
-# The workload is a chemotaxis-sized agent: 4 observations, 2 actions, a sparse
-# recurrent network of N neurons with fixed fan-in K (E = N K edges), P genomes
-# evaluated with `eqxevo.evaluate` (vmap over genomes of a `lax.scan` over T steps).
-# The environment is a stand-in that costs almost nothing, so the figure is the
-# network's: obs(t+1) = [a0, a1, a0 a1, 1], reward(t) = a0 (handed to `reinforce`).
+from .common import add_record, time_call
 
 LAYOUT_SIZES: tuple[int, ...] = (64, 256, 1024, 4096)
+"""Network sizes N of the full layout sweep."""
 LAYOUT_DENSITIES: tuple[float, ...] = (0.01, 0.03, 0.06, 0.125, 0.25)
+"""Densities K / N of the full layout sweep."""
+
+DENSE_MAX_BYTES = 2**30
+"""Dense stores N^2 values per genome (twice with plasticity): a point whose
+population state is larger is skipped (it would not fit comfortably in memory)."""
 
 
-def _echo_rollout(policy: Any, key: PRNGKey, num_steps: int) -> jax.Array:
+def echo_lifetime(policy: Any, key: PRNGKey, num_steps: int) -> jax.Array:
+    """Total reward of one `num_steps` lifetime in the echo environment.
+
+    The environment costs almost nothing, so the time is the network's:
+    obs(t+1) = [a0, a1, a0 a1, 1], reward(t) = a0 (handed to `reinforce`).
+    """
+
     def body(carry: Any, _: None) -> tuple[Any, None]:
         state, obs, total = carry
         action, state = policy(obs, state)
@@ -102,6 +104,35 @@ def build_policy(
     raise ValueError(f"model must be 'rate' or 'spiking'; got {model!r}")
 
 
+def echo_population(
+    policy_key: PRNGKey,
+    population_key: PRNGKey,
+    population_size: int,
+    **network: Any,
+) -> tuple[Any, Any]:
+    """The benchmarked network and a population of it: `(policy, population)`.
+
+    Arguments:
+        policy_key, population_key: keys of `build_policy` and `make_population`.
+        population_size: P.
+        network: `build_policy`'s other keyword arguments.
+    """
+    policy = build_policy(key=policy_key, **network)
+    return policy, make_population(policy, population_size, population_key)
+
+
+def dense_too_large(
+    layout: str, num_neurons: int, population_size: int, plastic: bool
+) -> str | None:
+    """Why a dense-layout point is skipped (its state over `DENSE_MAX_BYTES`), or
+    None when it is measured."""
+    # N^2 float32 weights per genome, and as many traces when plastic
+    dense_bytes = population_size * num_neurons**2 * 4 * (2 if plastic else 1)
+    if layout == "dense" and dense_bytes > DENSE_MAX_BYTES:
+        return f"dense state {dense_bytes / 2**30:.1f} GiB"
+    return None
+
+
 def layout_throughput(
     *,
     layout: str,
@@ -125,20 +156,18 @@ def layout_throughput(
     from ..nets import choose_layout
 
     policy_key, population_key, eval_key, state_key = jr.split(key, 4)
-    policy = build_policy(
+    policy, population = echo_population(
+        policy_key,
+        population_key,
+        population_size,
         model=model,
         num_neurons=num_neurons,
         fan_in=fan_in,
         layout=layout,
         plastic=plastic,
         trace_dtype=trace_dtype,
-        key=policy_key,
     )
-    population = make_population(policy, population_size, population_key)
-
-    def fitness(genome: Any, genome_key: PRNGKey) -> jax.Array:
-        return _echo_rollout(genome, genome_key, num_steps)
-
+    fitness = functools.partial(echo_lifetime, num_steps=num_steps)
     compile_s, wall, cpu = time_call(
         lambda: evaluate(eval_key, fitness, population)[0], repeats
     )
@@ -194,11 +223,6 @@ def layout_grid(quick: bool) -> list[dict[str, Any]]:
     return points
 
 
-# Dense stores N^2 values per genome (twice with plasticity); skip points whose
-# population state would not fit comfortably in this machine's memory.
-DENSE_MAX_BYTES = 2**30
-
-
 def layout_sweep(
     *,
     quick: bool = False,
@@ -209,18 +233,18 @@ def layout_sweep(
     log: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Throughput of every layout over the grid, with and without plasticity."""
-    records = []
+    records: list[dict[str, Any]] = []
     for point in layout_grid(quick):
         n, p = point["num_neurons"], point["population_size"]
         for is_plastic in plastic:
             for layout in layouts:
-                dense_bytes = p * n * n * 4 * (2 if is_plastic else 1)
-                if layout == "dense" and dense_bytes > DENSE_MAX_BYTES:
+                skipped = dense_too_large(layout, n, p, is_plastic)
+                if skipped:
                     record = {
                         **point,
                         "layout": layout,
                         "plastic": is_plastic,
-                        "skipped": f"dense state {dense_bytes / 2**30:.1f} GiB",
+                        "skipped": skipped,
                     }
                 else:
                     record = layout_throughput(
@@ -230,9 +254,7 @@ def layout_sweep(
                         key=key,
                         **point,
                     )
-                records.append(record)
-                if log is not None:
-                    log(record)
+                add_record(records, record, log)
     return records
 
 
@@ -372,22 +394,26 @@ def trace_drift_sweep(
 ) -> list[dict[str, Any]]:
     """`trace_drift` for float16/bfloat16 x nearest/stochastic at 1e4 and 1e5 steps."""
     lengths = (1_000,) if quick else (10_000, 100_000)
-    records = []
+    records: list[dict[str, Any]] = []
     for num_steps in lengths:
         for dtype in ("float16", "bfloat16"):
             for rounding in ("nearest", "stochastic"):
                 record = trace_drift(
                     trace_dtype=dtype, rounding=rounding, num_steps=num_steps, key=key
                 )
-                records.append(record)
-                if log is not None:
-                    log(record)
+                add_record(records, record, log)
     return records
 
 
 __all__ = [
+    "DENSE_MAX_BYTES",
+    "LAYOUT_DENSITIES",
+    "LAYOUT_SIZES",
     "best_and_auto",
     "build_policy",
+    "dense_too_large",
+    "echo_lifetime",
+    "echo_population",
     "layout_grid",
     "layout_sweep",
     "layout_throughput",

@@ -1,13 +1,5 @@
-"""Unrolled threefry (`eqxevo.fast_cpu_prng`) against JAX's default CPU lowering.
-
-The lowering is registered for a whole process, so each side runs in its own
-child process (`bench.spawn`): one calls `eqxevo.fast_cpu_prng()` first, the
-other leaves JAX as it is. Each times `evolve` on a milestone
-(`bench.milestones.time_evolve`: compile time, then the median steady
-generation) and reports the run's best fitness as hex, so the report also shows
-that both sides computed the same bits. The ratio is unrolled / default
-agent-steps per second, taken in the same bench run.
-"""
+"""Unrolled threefry (`eqxevo.fast_cpu_prng`) against JAX's default CPU lowering,
+each side in its own child process."""
 
 from typing import Any
 

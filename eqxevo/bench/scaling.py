@@ -1,16 +1,4 @@
-"""How cost grows: curves against P, T, E (fan-in), N, devices and batch size.
-
-- `scaling_sweep`: the L0 experiment with one size changed per point, timed
-  through `evolve` (`milestones.time_evolve`): agent-steps/s, compile time, and
-  XLA's planned memory for one generation's evaluation (arguments +
-  temporaries; flat in T when no per-step output is stacked).
-- `device_scaling`: the L0 milestone on 1, 2, ... CPU devices, each count in a
-  child process that exposes it (`bench.spawn`), interleaved over rounds so
-  that drifts in the machine's load hit every count alike.
-- `batch_memory`: `evaluate(..., batch_size=b)` of a population whose lifetime
-  carries a dense N x N float32 trace per genome: planned memory and time per
-  block size (micro-batching bounds the lifetimes' memory).
-"""
+"""How cost grows: curves against P, T, fan-in, N, device count and block size."""
 
 import os
 import statistics
@@ -29,7 +17,7 @@ from ..evaluate import evaluate
 from ..experiment import build
 from ..strategy import Strategy
 from . import spawn
-from .common import program_bytes, time_call
+from .common import add_record, program_bytes, time_call
 from .milestones import MILESTONES, evaluation_bytes, time_evolve
 
 Log = Callable[[dict[str, Any]], None] | None
@@ -47,6 +35,12 @@ QUICK_BASE = {"population_size": 16, "lifetime": 50, "fan_in": 4, "num_neurons":
 # long lifetimes are timed on a smaller population (compile time and memory per
 # genome are what the T curve is for)
 FULL_T_POPULATION = 64
+
+DEVICE_COLUMNS = ["devices", "agent_steps_per_s", "speedup"]
+"""The columns of the devices table (`device_scaling`'s `median_by_devices`)."""
+
+BATCHING_COLUMNS = ["batch_size", "temp_bytes", "argument_bytes", "wall_s"]
+"""The columns of the micro-batching table (`batch_memory`'s records)."""
 
 
 def l0_table(
@@ -89,9 +83,7 @@ def scaling_sweep(
             if varied == "lifetime" and not quick:
                 sizes["population_size"] = FULL_T_POPULATION
             record = {"varied": varied, **scaling_point(sizes, repeats=repeats)}
-            records.append(record)
-            if log is not None:
-                log(record)
+            add_record(records, record, log)
     return records
 
 
@@ -120,6 +112,7 @@ def plot_scaling(records: list[dict[str, Any]], path: Path) -> Path:
         axes[1, j].set_ylabel("planned memory (MiB)")
         axes[1, j].set_xlabel(varied)
         if varied == "lifetime":
+            # the T curve is for compile time too (it must not grow with T)
             ax = axes[1, j].twinx()
             ax.plot(xs, [r["compile_s"] for r in rows], "^--", color="tab:green")
             ax.set_ylabel("compile s", color="tab:green")
@@ -163,9 +156,7 @@ def device_scaling(
                 num_devices=n,
             )
             record = {"round": round_, "devices": n, **child.result}
-            runs.append(record)
-            if log is not None:
-                log(record)
+            add_record(runs, record, log)
     rates = {
         n: [r["agent_steps_per_s"] for r in runs if r["devices"] == n] for n in counts
     }
@@ -248,13 +239,13 @@ def batch_memory(
             **(program_bytes(run, population, jr.key(2)) or {}),
             "wall_s": wall,
         }
-        records.append(record)
-        if log is not None:
-            log(record)
+        add_record(records, record, log)
     return records
 
 
 __all__ = [
+    "BATCHING_COLUMNS",
+    "DEVICE_COLUMNS",
     "TracedGenome",
     "batch_memory",
     "device_scaling",

@@ -1,18 +1,5 @@
-"""Run one benchmark function in a fresh Python process.
-
-A JAX process fixes its device count and much of its configuration when its
-backends start, so a measurement that needs N CPU devices (sharded figures), a
-persistent compilation cache, or another library's compatibility shim runs in
-a child process; the harness's own process never changes JAX's configuration.
-
-    child = call("eqxevo.bench.milestones:time_milestone", {"name": "L0"},
-                 num_devices=2)
-    child.result        # what the function returned (JSON-able)
-    child.startup_s     # the child's imports and JAX configuration
-
-The child inherits stdout and stderr (its progress and tracebacks show as they
-come) and the environment; its result comes back through a file.
-"""
+"""Run one benchmark function in a fresh Python process, with its own device count
+and JAX configuration; the harness's own process never changes JAX's."""
 
 import dataclasses
 import importlib
@@ -25,6 +12,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from .._checks import positive_int
 
 
 class ChildFailed(RuntimeError):
@@ -68,8 +57,7 @@ def call(
     """
     if ":" not in target:
         raise ValueError(f"target must be 'package.module:function'; got {target!r}")
-    if not isinstance(num_devices, int) or num_devices < 1:
-        raise ValueError(f"num_devices must be an int >= 1; got {num_devices!r}")
+    positive_int("num_devices", num_devices)
     with tempfile.TemporaryDirectory(prefix="eqxevo-bench-") as folder:
         out = Path(folder) / "result.json"
         spec = {
@@ -106,6 +94,7 @@ def _child(argument: str) -> None:
 
     from ..sharding import use_cpu_devices
 
+    # before the target's module is imported: it may start JAX's backends
     use_cpu_devices(spec["num_devices"])
     for name, value in spec["jax_config"].items():
         jax.config.update(name, value)
