@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..evolve import Chunk, evolve
+from ..metrics import format_seconds
 from .group import Program, plan
 from .runner import read_summary, run_dir
 from .spec import Study
@@ -49,14 +50,6 @@ def _from_runs(program: Program, out: Path) -> float | None:
             steps += summary["agent_steps"]
             seconds += summary["wall_time_s"]
     return steps / seconds if seconds else None
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def describe_plan(
@@ -114,7 +107,7 @@ def describe_plan(
         when = (
             "time unknown (pass --measure)"
             if entry["seconds"] is None
-            else f"~{_duration(entry['seconds'])}"
+            else f"~{format_seconds(entry['seconds'])}"
         )
         lines += [
             f"program {p.index}: {len(p.members)} runs of {', '.join(p.cells)}",
@@ -130,7 +123,7 @@ def describe_plan(
         + (
             "time unknown (pass --measure)"
             if total_seconds is None
-            else f"~{_duration(total_seconds)} on this machine, programs one "
+            else f"~{format_seconds(total_seconds)} on this machine, programs one "
             "after another"
         ),
     ]
