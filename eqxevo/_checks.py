@@ -1,6 +1,8 @@
 """Argument checks shared by every module: one message per kind of bad value."""
 
+import difflib
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -57,7 +59,30 @@ def one_of(name: str, value: Any, allowed: tuple[Any, ...]) -> Any:
     return value
 
 
+def did_you_mean(
+    name: str,
+    choices: Iterable[str],
+    *,
+    n: int = 1,
+    prefix: str = "",
+    quote: bool = False,
+    cutoff: float = 0.6,
+) -> str:
+    """' (did you mean X?)' naming the `n` closest `choices` to a misspelled
+    `name` (case-only differences too), each written `prefix + choice` (quoted
+    with `quote`); '' when none is close."""
+    choices = list(choices)
+    close = difflib.get_close_matches(name, choices, n=n, cutoff=cutoff)
+    # difflib misses case-only differences ("Snes" for "SNES"): add them.
+    close += [c for c in choices if c.lower() == name.lower() and c not in close]
+    if not close:
+        return ""
+    named = [repr(prefix + c) if quote else prefix + c for c in close]
+    return f" (did you mean {', '.join(named)}?)"
+
+
 __all__ = [
+    "did_you_mean",
     "int_at_least",
     "one_of",
     "optional_positive_int",

@@ -5,9 +5,17 @@ See docs/internals.md ("Checkpoints") for the format and the fallback on damage.
 
 import contextlib
 import dataclasses
+import errno
+import gc
 import hashlib
+import io
 import logging
+import os
+import re
 import shutil
+import sys
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,15 +29,65 @@ import orbax.checkpoint as ocp
 
 @contextlib.contextmanager
 def _quiet_orbax() -> Iterator[None]:
-    """orbax logs every save at INFO through absl: quiet it while we call it,
-    and give the user's logging configuration back afterwards."""
-    logger = logging.getLogger("absl")
-    previous = logger.level
-    logger.setLevel(max(previous, logging.ERROR))
+    """Silence orbax's absl logging while we call it, and give the user's logging
+    configuration back afterwards: it logs every save at INFO, and logs each
+    failure it meets (a damaged checkpoint's "Failed to json parse", a full disk
+    in a save thread) at ERROR before it comes back to us as an exception or a
+    skipped step, which we report in one line."""
+    loggers = [logging.getLogger(name) for name in ("absl", "asyncio")]
+    previous = [logger.level for logger in loggers]
+    for logger, level in zip(loggers, previous, strict=True):
+        logger.setLevel(max(level, logging.CRITICAL))
     try:
         yield
     finally:
-        logger.setLevel(previous)
+        for logger, level in zip(loggers, previous, strict=True):
+            logger.setLevel(level)
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# tensorstore reports a full disk as a ValueError naming the OS error code.
+_DISK_FULL_TEXT = re.compile(
+    r"No space left on device|Disk quota exceeded|os_error_code='?(28|122)\b"
+)
+
+
+def _disk_full(err: BaseException) -> int | None:
+    """ENOSPC or EDQUOT when `err` (or what it was raised from) is a full disk or
+    quota, else None; orbax and tensorstore wrap it in other exceptions."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DISK_FULL:
+            return current.errno
+        found = _DISK_FULL_TEXT.search(str(current))
+        if found:
+            quota = "quota" in found.group(0) or found.group(1) == "122"
+            return errno.EDQUOT if quota else errno.ENOSPC
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _await_orbax_threads(before: set[threading.Thread]) -> None:
+    """Wait (at most 30 s) until orbax's threads started since `before` have
+    ended, and none started for half a second (threads start threads, late)."""
+    deadline, quiet_since = time.monotonic() + 30, time.monotonic()
+    while time.monotonic() < deadline:
+        running = [
+            t
+            for t in threading.enumerate()
+            if t not in before and type(t).__module__.startswith("orbax")
+        ]
+        for thread in running:
+            # orbax's threads raise their error again from `join`
+            with contextlib.suppress(Exception):
+                thread.join(timeout=max(deadline - time.monotonic(), 0))
+        if running:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > 0.5:
+            break
+        time.sleep(0.05)
 
 
 class CheckpointError(RuntimeError):
@@ -107,7 +165,20 @@ class Checkpointer:
         self.directory = Path(directory).resolve()
         self.keep = keep
         self.skipped: list[Skipped] = []
-        self._manager = self._open()
+        self._opened: ocp.CheckpointManager | None = self._open()
+
+    @property
+    def _manager(self) -> ocp.CheckpointManager:
+        """orbax's manager, opened again after `close` when used again."""
+        if self._opened is None:
+            self._opened = self._open()
+        return self._opened
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _open(self) -> ocp.CheckpointManager:
         with _quiet_orbax():
@@ -119,21 +190,68 @@ class Checkpointer:
             )
 
     def save(self, generation: int, state: Any, experiment: Mapping[str, Any]) -> None:
-        """Write the state reached after `generation` generations (waits until done)."""
+        """Write the state reached after `generation` generations (waits until done).
+
+        Raises:
+            OSError: ENOSPC or EDQUOT (naming the checkpoint's folder) when the
+                disk or quota is full; the partial checkpoint is removed and the
+                older ones are kept.
+        """
         record = integrity(state)
-        with _quiet_orbax():
-            self._manager.save(
-                generation,
-                args=ocp.args.Composite(
-                    state=ocp.args.StandardSave(state),
-                    experiment=ocp.args.JsonSave(dict(experiment)),
-                    integrity=ocp.args.JsonSave(record),
-                ),
-                force=True,
-            )
-            # Waiting keeps "latest checkpoint on disk" and "state we continue from"
-            # in step; a save is small next to a chunk of generations.
-            self._manager.wait_until_finished()
+        existed = (self.directory / str(generation)).exists()
+        threads = set(threading.enumerate())
+        # tensorstore prints to sys.stderr when a failing save's threads call
+        # into event loops already closed ("Event loop is closed"): held back,
+        # and shown only if the save succeeds after all.
+        held = io.StringIO()
+        full = None
+        try:
+            with _quiet_orbax(), contextlib.redirect_stderr(held):
+                try:
+                    self._manager.save(
+                        generation,
+                        args=ocp.args.Composite(
+                            state=ocp.args.StandardSave(state),
+                            experiment=ocp.args.JsonSave(dict(experiment)),
+                            integrity=ocp.args.JsonSave(record),
+                        ),
+                        force=True,
+                    )
+                    # Waiting keeps "latest checkpoint on disk" and "state we
+                    # continue from" in step; a save is small next to a chunk.
+                    self._manager.wait_until_finished()
+                except Exception:
+                    self._discard(generation, existed, threads)
+                    raise
+        except Exception as err:
+            full = _disk_full(err)
+            if full is None:
+                raise
+        if full is not None:
+            # Raised outside the `except`: the error orbax raised (its frames hold
+            # the failed save's asyncio tasks) is gone, collected here quietly
+            # rather than reported at exit ("Task exception was never retrieved").
+            with _quiet_orbax():
+                gc.collect()
+            path = str(self.directory / str(generation))
+            raise OSError(full, os.strerror(full), path)
+        sys.stderr.write(held.getvalue())
+
+    def _discard(
+        self, generation: int, keep_step: bool, threads: set[threading.Thread]
+    ) -> None:
+        """Remove what a failed save of `generation` left (its temporary folders,
+        and its step folder unless one was there before) once orbax's threads for
+        it have ended, and close orbax's manager so it forgets the failed save."""
+        with contextlib.suppress(Exception):
+            self.close()  # it may raise the failed save's error again
+        # The save's other threads still write (and log their errors): wait, so
+        # that none prints after us or writes into what we remove.
+        _await_orbax_threads(threads)
+        for debris in self.directory.glob(f"{generation}.orbax-checkpoint-tmp*"):
+            shutil.rmtree(debris, ignore_errors=True)
+        if not keep_step:
+            shutil.rmtree(self.directory / str(generation), ignore_errors=True)
 
     def generations(self) -> list[int]:
         """Generations of the complete checkpoints on disk, oldest first (not yet
@@ -253,6 +371,33 @@ class Checkpointer:
                 checkpoint written by another experiment.
         """
         self.skipped = []
+        threads = set(threading.enumerate())
+        try:
+            return self._restore(like, experiment, ignore, generation)
+        finally:
+            if self.skipped or sys.exc_info()[0] is not None:
+                self._forget_failures(threads)
+
+    def _forget_failures(self, threads: set[threading.Thread]) -> None:
+        """After a restore that met damage: close orbax's manager (opened afresh
+        when next used, forgetting the steps moved aside), and collect now the
+        failed reads' tensorstore handles, which the errors' reference cycles
+        keep. Collected at interpreter exit instead, their callbacks run in
+        threads Python is tearing down: "Exception ignored" tracebacks, or an
+        abort ("terminate called ... FATAL: exception not rethrown")."""
+        with _quiet_orbax(), contextlib.redirect_stderr(io.StringIO()):
+            with contextlib.suppress(Exception):  # no pending save to report
+                self.close()
+            _await_orbax_threads(threads)
+            gc.collect()
+
+    def _restore(
+        self,
+        like: Any,
+        experiment: Mapping[str, Any],
+        ignore: tuple[str, ...],
+        generation: int | None,
+    ) -> tuple[int, Any]:
         candidates = self.generations()
         if generation is not None:
             candidates = [generation] if generation in candidates else []
@@ -260,8 +405,7 @@ class Checkpointer:
             raise CheckpointError(f"no complete checkpoint in {self.directory}")
         for step in reversed(candidates):
             try:
-                with _quiet_orbax():
-                    saved = self.experiment(step)
+                saved = self.experiment(step)
             except Exception as err:
                 self.skipped.append(
                     Skipped(
@@ -293,20 +437,23 @@ class Checkpointer:
             if generation is None:
                 for bad in self.skipped:
                     self._set_aside(bad.generation)
-                # orbax keeps the steps it listed; reopen so it forgets the moved.
-                if self.skipped:
-                    self._manager.close()
-                    self._manager = self._open()
             return step, state
         reasons = "; ".join(
             f"generation {s.generation}: {s.reason}" for s in self.skipped
         )
         raise CheckpointError(
             f"no checkpoint in {self.directory} passes verification ({reasons}); "
-            "start the run again under a new name"
+            f"move {self.directory} aside to run it again from generation 0"
         )
 
     def close(self) -> None:
+        """Wait for a save in flight, then close orbax's manager and its threads
+        (a later call opens it again); safe to call twice."""
+        manager, self._opened = self._opened, None
+        if manager is None:
+            return
         with _quiet_orbax():
-            self._manager.wait_until_finished()
-            self._manager.close()
+            try:
+                manager.wait_until_finished()
+            finally:
+                manager.close()

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from . import config as config_module
-from ._cli import CONTEXT, fail
+from ._cli import CONTEXT, Group, fail
 from .checkpoint import CheckpointError
 from .config import ConfigError
 from .metrics import SinkError
@@ -72,11 +72,19 @@ def _stop_request(run_dir: Path | None) -> Any:
 
 def _run_errors() -> tuple[type[Exception], ...]:
     from .experiment import ResourceError, RunDirError
+    from .lock import LockedError
 
-    return (ConfigError, CheckpointError, RunDirError, ResourceError, SinkError)
+    return (
+        ConfigError,
+        CheckpointError,
+        RunDirError,
+        ResourceError,
+        SinkError,
+        LockedError,
+    )
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(context_settings=CONTEXT, cls=Group)
 @click.version_option(package_name="eqxevo")
 def main() -> None:
     """eqxevo: neuroevolution with Equinox genomes and evosax strategies.
@@ -390,13 +398,13 @@ def eval_command(
       eqxevo eval runs/my-run --genome mean --episodes 256 --json
       eqxevo eval runs/my-run --seed 7 --render lifetime.png
     """
-    from .experiment import RunDirError, eval_run
+    from .experiment import ResourceError, RunDirError, eval_run
 
     try:
         evaluation, built, loaded = eval_run(
             Path(run_dir), genome=genome, num_episodes=episodes, seed=seed
         )
-    except (ConfigError, RunDirError) as err:
+    except (ConfigError, RunDirError, ResourceError) as err:
         fail(err)
     result = evaluation.result
     if as_json:

@@ -4,7 +4,6 @@ Tables, keys and the `--set` syntax: `eqxevo run --help` and docs/operations.md.
 """
 
 import dataclasses
-import difflib
 import math
 import tomllib
 import typing
@@ -13,6 +12,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from ._checks import did_you_mean
 
 
 class ConfigError(ValueError):
@@ -41,6 +42,20 @@ def resumable(key: str) -> bool:
         key == allowed or (allowed.endswith(".") and key.startswith(allowed))
         for allowed in RESUMABLE_CHANGES
     )
+
+
+def check_resumable(overrides: Iterable[str]) -> None:
+    """Raise `ConfigError` for a `--set KEY=VALUE` a resumed run may not take."""
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if not resumable(key):
+            allowed = ", ".join(
+                k + "*" if k.endswith(".") else k for k in RESUMABLE_CHANGES
+            )
+            raise ConfigError(
+                f"--set {item!r}: a resumed run can only change {allowed}; others "
+                "would change its trajectory"
+            )
 
 
 def differences(a: "Experiment", b: "Experiment") -> list[str]:
@@ -291,8 +306,7 @@ def _from_mapping(cls: Any, data: Mapping[str, Any], prefix: str) -> Any:
     unknown = [k for k in data if k not in fields]
     if unknown:
         key = unknown[0]
-        close = difflib.get_close_matches(key, list(fields), n=1)
-        hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+        hint = did_you_mean(key, fields, prefix=prefix)
         raise ConfigError(
             f"unknown key {prefix}{key}{hint}; allowed in "
             f"[{prefix.rstrip('.') or 'top level'}]: {', '.join(fields)}"
@@ -362,6 +376,11 @@ def load(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Exper
             data = tomllib.loads(Path(path).read_text())
         except OSError as err:
             raise ConfigError(f"cannot read config {path}: {err}") from err
+        except UnicodeDecodeError as err:
+            raise ConfigError(
+                f"config {path} is not UTF-8 text (byte {err.start}: "
+                f"{err.object[err.start : err.start + 1]!r}); TOML files are UTF-8"
+            ) from None
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"config {path} is not valid TOML: {err}") from err
     return from_dict(apply_overrides(data, overrides))

@@ -298,6 +298,18 @@ def heldout_record(
     return entries[0] if len(entries) == 1 else entries
 
 
+def heldout_cost(strategy: Strategy, episodes: int, every: int = 0) -> str:
+    """What a run's held-out evaluations cost, in lifetimes and in generations
+    (`episodes` lifetimes per genome, at the end and every `every` generations)."""
+    genomes = 2 if evaluates_mean(strategy) else 1
+    when = "at the end" + (f" and every {every} generations" if every else "")
+    return (
+        f"held-out evaluation {when}: {genomes} genome(s) x {episodes} lifetimes "
+        f"per seed, as many lifetimes as "
+        f"{genomes * episodes / strategy.population_size:.3g} generations"
+    )
+
+
 __all__ = [
     "GENOMES",
     "HELDOUT_STREAM",
@@ -305,6 +317,7 @@ __all__ = [
     "episode_fitness",
     "evaluate_run",
     "evaluates_mean",
+    "heldout_cost",
     "heldout_evaluate",
     "heldout_fields",
     "heldout_fitness",

@@ -52,6 +52,7 @@ class StopRequest:
         self._count = 0
         self._previous: dict[int, Any] = {}
         self._wakeup: tuple[int, int] | None = None
+        self._watcher: threading.Thread | None = None
         self._old_wakeup = -1
         self._installed = False
 
@@ -114,9 +115,10 @@ class StopRequest:
             # nothing is ever raised into the main thread (or into XLA).
             self._previous[signum] = signal.signal(signum, lambda s, f: None)
         self._old_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-        threading.Thread(
+        self._watcher = threading.Thread(
             target=self._watch, args=(read_fd,), name="eqxevo-signals", daemon=True
-        ).start()
+        )
+        self._watcher.start()
         self._installed = True
         return self
 
@@ -129,6 +131,14 @@ class StopRequest:
         assert self._wakeup is not None
         read_fd, write_fd = self._wakeup
         os.close(write_fd)  # the watcher's read returns b"" and it ends
+        # Joined before the process can exit: a daemon thread still waking from
+        # its read while Python finalizes is ended by a forced unwind that aborts
+        # the process ("terminate called ... FATAL: exception not rethrown").
+        if (
+            self._watcher is not None
+            and self._watcher is not threading.current_thread()
+        ):
+            self._watcher.join(timeout=5)
         with contextlib.suppress(OSError):
             os.close(read_fd)
         self._installed = False

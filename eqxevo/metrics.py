@@ -73,10 +73,16 @@ class MetricsLog:
         self.path = Path(path)
 
     def append(self, records: Iterable[Mapping[str, Any]]) -> None:
-        with self.path.open("a") as f:
-            for record in records:
-                f.write(json.dumps(record, allow_nan=False) + "\n")
-            f.flush()  # a crash loses at most the chunk being written
+        try:
+            with self.path.open("a") as f:
+                for record in records:
+                    f.write(json.dumps(record, allow_nan=False) + "\n")
+                f.flush()  # a crash loses at most the chunk being written
+        except OSError as err:
+            # A line cut short by a full disk is dropped when the run resumes.
+            if err.filename is None:
+                err.filename = str(self.path)
+            raise
 
     def read(self) -> list[dict[str, Any]]:
         if not self.path.exists():
@@ -121,8 +127,15 @@ class MetricsLog:
                 lines.append(edited)
         # Written aside and renamed: a crash leaves the old file or the new one.
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in lines))
-        tmp.replace(self.path)
+        try:
+            tmp.write_text("".join(line + "\n" for line in lines))
+            tmp.replace(self.path)
+        except BaseException as err:
+            # A full disk keeps the old file and leaves no metrics.tmp behind.
+            tmp.unlink(missing_ok=True)
+            if isinstance(err, OSError) and err.filename is None:
+                err.filename = str(self.path)
+            raise
 
 
 # -- other sinks ------------------------------------------------------------------

@@ -46,6 +46,20 @@ HELDOUT_LABELS = {
 """What each held-out series of a run evaluates (`heldout_<genome>_*` fields)."""
 
 
+def save_figure(figure: Any, path: str | Path, **kwargs: Any) -> Path:
+    """Write `figure` to `path` whole or not at all: a temporary name in the same
+    folder, then a rename (a full disk or a kill leaves the old figure)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    try:
+        figure.savefig(tmp, **kwargs)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def plot_fitness(
     records: Sequence[Mapping[str, Any]],
     path: str | Path,
@@ -69,9 +83,7 @@ def plot_fitness(
     Returns:
         The path written.
     """
-    path = Path(path)
-    fitness_figure(records, title=title).savefig(path)
-    return path
+    return save_figure(fitness_figure(records, title=title), path)
 
 
 def fitness_figure(
@@ -225,8 +237,7 @@ def render_trajectory(
     )
     out = pathlib.Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, format="png", dpi=dpi)
-    return out
+    return save_figure(figure, out, format="png", dpi=dpi)
 
 
 def trajectory_figure(
@@ -346,5 +357,6 @@ __all__ = [
     "plot_fitness",
     "render_policy",
     "render_trajectory",
+    "save_figure",
     "trajectory_figure",
 ]

@@ -3,7 +3,6 @@ arguments, `Params` overrides and paper), shipped in the wheel.
 """
 
 import dataclasses
-import difflib
 import inspect
 import tomllib
 from importlib import resources
@@ -11,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import optax
+
+from ._checks import did_you_mean
 
 SHAPING_NAMES = ("identity", "centered_rank", "weights", "standardize", "normalize")
 """Fitness-shaping functions a preset may name (evosax.core.fitness_shaping)."""
@@ -151,11 +152,10 @@ def load_preset(path: str | Path) -> Preset:
     from evosax.algorithms import algorithms
 
     if not isinstance(name, str) or name not in algorithms:
-        close = difflib.get_close_matches(str(name), list(algorithms), n=3)
         raise _fail(
             path,
             f"algorithm = {name!r} is not an evosax algorithm"
-            + (f" (did you mean {', '.join(close)}?)" if close else ""),
+            + did_you_mean(str(name), algorithms, n=3),
         )
     cls = algorithms[name]
     for table in ("kwargs", "params"):

@@ -3,13 +3,13 @@
 """
 
 import dataclasses
-import difflib
 import functools
 import importlib
 import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._checks import did_you_mean
 from .config import ConfigError, plain_value, toml_value
 from .presets import (
     Preset,
@@ -167,14 +167,12 @@ def lookup_strategy(algorithm: Any) -> StrategySpec:
     if ":" in algorithm:
         cls = _import_class(algorithm)
         return StrategySpec(cls.__name__, cls, source=f"import:{algorithm}")
-    known = [*algorithms, *preset_names()]
-    close = difflib.get_close_matches(algorithm, known, n=4, cutoff=0.5)
-    # difflib misses case-only differences ("Snes" for "SNES"): add them.
-    close += [k for k in known if k.lower() == algorithm.lower() and k not in close]
-    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    hint = did_you_mean(
+        algorithm, [*algorithms, *preset_names()], n=4, quote=True, cutoff=0.5
+    )
     raise ValueError(
         f"algorithm={algorithm!r} is not an evosax algorithm, a preset, a .toml file "
-        f"or 'module:Class'.{hint} `eqxevo strategies` (eqxevo.strategies() in "
+        f"or 'module:Class'{hint}; `eqxevo strategies` (eqxevo.strategies() in "
         "Python) lists them all."
     )
 
@@ -263,10 +261,9 @@ def _lookup(kind: str, name: str, table: dict[str, str]) -> Any:
         return import_object(table[name], f"{kind}.name")
     if ":" in name:
         return import_object(name, f"{kind}.name")
-    close = difflib.get_close_matches(name, list(table), n=1)
     raise ConfigError(
         f"{kind}.name = {name!r} is unknown"
-        + (f" (did you mean {close[0]!r}?)" if close else "")
+        + did_you_mean(name, table, quote=True)
         + f"; built in: {', '.join(sorted(table))}, or 'package.module:Class'"
         + (", or 'gymnax:<environment id>'" if kind == "env" else "")
     )
@@ -279,10 +276,25 @@ def lookup_env(name: str) -> tuple[Any, dict[str, Any]]:
         ConfigError: unknown name (with a close match) or unimportable class.
     """
     if name.startswith("gymnax:"):
-        return import_object("eqxevo.envs.gymnax:GymnaxEnv", "env.name"), {
-            "name": name.split(":", 1)[1]
-        }
+        constructor = import_object("eqxevo.envs.gymnax:GymnaxEnv", "env.name")
+        return constructor, {"name": _gymnax_id(name)}
     return _lookup("env", name, ENVS), {}
+
+
+def _gymnax_id(name: str) -> str:
+    """The id of `"gymnax:<id>"`; a `ConfigError` with a close match if gymnax
+    does not register it (found here, before anything is built)."""
+    import gymnax  # importable: eqxevo.envs.gymnax, just imported, needs it
+
+    env_id = name.split(":", 1)[1]
+    known = sorted(gymnax.registered_envs)
+    if env_id in known:
+        return env_id
+    raise ConfigError(
+        f"env.name = {name!r} is unknown"
+        + did_you_mean(env_id, known, prefix="gymnax:", quote=True)
+        + f"; gymnax registers: {', '.join(known)}"
+    )
 
 
 def lookup_net(name: str) -> Any:

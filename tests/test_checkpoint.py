@@ -1,4 +1,9 @@
+import errno
+import logging
+from pathlib import Path
+
 import jax.random as jr
+import orbax.checkpoint as ocp
 import pytest
 from helpers import Net, sphere, tree_equal
 
@@ -79,3 +84,49 @@ def test_an_unfinished_save_is_ignored(tmp_path):
     (tmp_path / "c" / "2.orbax-checkpoint-tmp-123").mkdir()
     assert Checkpointer(tmp_path / "c").latest() == 1
     ckpt.close()
+
+
+def test_a_save_on_a_full_disk_is_an_oserror_naming_it_and_leaves_no_debris(
+    tmp_path, monkeypatch
+):
+    _, state = run("snes", 1)
+    ckpt = Checkpointer(tmp_path / "c")
+    ckpt.save(1, state, EXPERIMENT)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    save = ocp.CheckpointManager.save
+
+    def full(self, step, *args, **kwargs):
+        # what tensorstore leaves and raises when the disk fills mid-save
+        partial = Path(self.directory) / f"{step}.orbax-checkpoint-tmp" / "state"
+        partial.mkdir(parents=True)
+        (partial / "d").write_bytes(b"\0" * 100)
+        raise ValueError("Failed writing: No space left on device [os_error_code='28']")
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", full)
+    with pytest.raises(OSError) as info:
+        ckpt.save(2, state, EXPERIMENT)
+    assert info.value.errno == errno.ENOSPC
+    assert info.value.filename == str((tmp_path / "c" / "2").resolve())
+    assert info.value.__context__ is None  # no orbax traceback chained
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    monkeypatch.setattr(ocp.CheckpointManager, "save", save)
+    ckpt.save(2, state, EXPERIMENT)  # with space again, the same checkpointer saves
+    assert ckpt.generations() == [1, 2]
+    ckpt.close()
+
+
+def test_restoring_damaged_checkpoints_logs_nothing(tmp_path, caplog):
+    _, state = run("snes", 1)
+    with Checkpointer(tmp_path / "c") as ckpt:
+        for g in (1, 2):
+            ckpt.save(g, state, EXPERIMENT)
+    for g in (1, 2):
+        (tmp_path / "c" / str(g) / "_CHECKPOINT_METADATA").write_text("garbage{")
+        (tmp_path / "c" / str(g) / "experiment" / "metadata").write_text("garbage{")
+    caplog.set_level(logging.DEBUG)
+    ckpt = Checkpointer(tmp_path / "c")
+    with pytest.raises(CheckpointError, match="passes verification"):
+        ckpt.restore(state, EXPERIMENT)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    ckpt.close()
+    ckpt.close()  # closing twice is harmless

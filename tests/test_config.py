@@ -89,6 +89,17 @@ def test_unreadable_config_is_a_config_error(tmp_path):
         config.load(tmp_path / "missing.toml")
 
 
+def test_binary_config_is_one_line_naming_the_file(tmp_path):
+    path = tmp_path / "exp.toml"
+    path.write_bytes(b"\xff\xfe\x00[run]\n")
+    with pytest.raises(ConfigError) as info:
+        config.load(path)
+    assert str(info.value) == (
+        f"config {path} is not UTF-8 text (byte 0: b'\\xff'); TOML files are UTF-8"
+    )
+    assert info.value.__cause__ is None  # no UnicodeDecodeError traceback
+
+
 def test_configs_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         Experiment().run.generations = 3  # type: ignore[misc]

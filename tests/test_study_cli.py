@@ -55,3 +55,152 @@ def test_plan_measure_times_each_program_through_one_evolve_call(tmp_path):
     assert program["seconds"] == pytest.approx(
         measured["compile_s"] + measured["generation_s"] * 6
     )
+
+
+# -- a bad study file: every fault found before anything is written ---------------
+
+GOOD = '[study]\nname = "x"\nseeds = 1\n\n[env]\nname = "chemotaxis"\n'
+
+
+def _refused(tmp_path, text):
+    """`study run` on `text`: exit 1, OUT never created; the error's lines."""
+    file = tmp_path / "study.toml"
+    file.write_text(text)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["study", "run", str(file), "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert not out.exists()  # no .jax_cache, no runs/
+    return result.output.removeprefix("Error: ").strip().splitlines()
+
+
+def test_an_unknown_env_name_is_refused_before_out_or_its_cache_exist(tmp_path):
+    # found at build time once, after OUT/.jax_cache was made
+    (line,) = _refused(tmp_path, GOOD.replace('"chemotaxis"', '"chemotaxs"'))
+    assert "env.name = 'chemotaxs' is unknown (did you mean 'chemotaxis'?)" in line
+
+
+def test_one_axis_written_twice_is_refused_naming_both_spellings(tmp_path):
+    text = GOOD + (
+        '[study.axes]\n"strategy.init_scale" = [0.1]\n'
+        "[study.axes.strategy]\ninit_scale = [0.2]\n"
+    )
+    (line,) = _refused(tmp_path, text)
+    assert (
+        "study.axes: 'strategy.init_scale' is written twice, as "
+        '"strategy.init_scale" and as strategy.init_scale'
+    ) in line
+
+
+@pytest.mark.parametrize(
+    "study, message",
+    [
+        (
+            "seeds = 1000000000",
+            "study.seeds = 1,000,000,000 is over the limit of 100,000 runs",
+        ),
+        ("seeds = 1e9", "study.seeds = 1000000000.0; allowed: a count from 1 to"),
+        (
+            'seeds = 10\n[study.axes]\n"run.lifetime" = [{}]\n'
+            '"strategy.population_size" = [{}]'.format(
+                ",".join(map(str, range(1, 1001))), ",".join(map(str, range(2, 1002)))
+            ),
+            "the study has 10,000,000 runs (1 arm x 1000 run.lifetime x 1000 "
+            "strategy.population_size x 10 seeds), over the limit of 100,000 runs",
+        ),
+    ],
+)
+def test_a_study_over_the_run_limit_is_refused_before_its_cells_exist(
+    tmp_path, study, message
+):
+    (line,) = _refused(tmp_path, f'[study]\nname = "x"\n{study}\n')
+    assert message in line
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "../../x", "a b"])
+def test_an_arm_name_unsafe_as_a_folder_is_refused(tmp_path, name):
+    text = GOOD + f'[[study.arms]]\nname = "{name}"\n"run.lifetime" = 5\n'
+    (line,) = _refused(tmp_path, text)
+    assert line == (
+        f"study.arms[0].name = {name!r}; a name becomes a folder name: use "
+        "letters, digits, '-', '_' and '.' (not dots only)"
+    )
+
+
+def test_study_name_and_base_arm_are_folder_safe_names_too(tmp_path):
+    text = GOOD.replace('name = "x"', 'name = ".."\nbase_arm = "a/b"')
+    lines = _refused(tmp_path, text)
+    assert lines[0] == "2 errors in the study file:"
+    assert lines[1].strip().startswith("study.name = '..'; a name becomes a folder")
+    assert lines[2].strip().startswith("study.base_arm = 'a/b'; a name becomes")
+
+
+def test_run_seed_is_refused_in_the_experiment_as_in_an_arm(tmp_path):
+    text = GOOD + '[run]\nseed = 3\n[[study.arms]]\nname = "a"\n"run.seed" = 4\n'
+    tail = "'run.seed' cannot be set in a study: a study's seeds come from study.seeds"
+    lines = _refused(tmp_path, text)
+    assert [line.strip() for line in lines[1:]] == [
+        f"[run] in the study file: {tail}",
+        f"study.arms[0] ('a'): {tail}",
+    ]
+
+
+def test_a_gymnax_name_typo_is_reported_under_env_name_with_a_close_match(tmp_path):
+    pytest.importorskip("gymnax")
+    (line,) = _refused(tmp_path, GOOD.replace('"chemotaxis"', '"gymnax:CartPol-v1"'))
+    assert line.startswith(
+        "env.name = 'gymnax:CartPol-v1' is unknown (did you mean "
+        "'gymnax:CartPole-v1'?); gymnax registers: "
+    )
+    assert "env.options" not in line
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            GOOD.replace("seeds", "sedes"),
+            "unknown key study.sedes (did you mean study.seeds?); allowed: study.name",
+        ),
+        (
+            GOOD + '[study.slurm]\npartiton = "gpu"\n',
+            "unknown key study.slurm.partiton (did you mean study.slurm.partition?)",
+        ),
+        (
+            GOOD + '[study.axes]\n"env.parms.x" = [1]\n',
+            "unknown key 'env.parms.x' (did you mean env.params?); [env] has:",
+        ),
+        (
+            "[stdy]\n" + GOOD,
+            "unknown top-level key 'stdy' in the study file (did you mean study?)",
+        ),
+    ],
+)
+def test_a_study_key_typo_gets_a_did_you_mean(tmp_path, text, message):
+    (line,) = _refused(tmp_path, text)
+    assert message in line
+
+
+def test_every_independent_fault_is_listed_at_once_one_line_each(tmp_path):
+    text = (
+        '[study]\nname = "x/y"\nseeds = 0\ncolour = "red"\n'
+        '[study.axes]\n"env.bogus" = [1]\n"run.lifetime" = []\n'
+        '[[study.arms]]\nname = ".."\n"run.lifetime" = 5\n'
+        '[[study.arms]]\nname = "b"\n'
+        "[study.slurm]\ngpus = 1\n[run]\nnum_seeds = 2\n"
+    )
+    header, *lines = _refused(tmp_path, text)
+    assert header == "9 errors in the study file:"
+    expected = [
+        "[run] in the study file: 'run.num_seeds' cannot be set in a study",
+        "unknown key study.colour; allowed:",
+        "study.seeds = 0; it must be >= 1",
+        "study.name = 'x/y'; a name becomes a folder name",
+        "study.axes.\"env.bogus\": unknown key 'env.bogus'",
+        'study.axes."run.lifetime" = []; an axis must be a non-empty list',
+        "study.arms[0].name = '..'; a name becomes a folder name",
+        "study.arms[1] ('b') changes no key",
+        "unknown key study.slurm.gpus; allowed: study.slurm.partition",
+    ]
+    assert len(lines) == len(expected)
+    for line, phrase in zip(lines, expected, strict=True):
+        assert line.startswith("  ") and phrase in line, (line, phrase)

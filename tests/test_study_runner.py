@@ -233,3 +233,43 @@ def test_sigterm_stops_after_the_running_chunk_with_every_run_saved(tmp_path):
     for run in study.runs:
         lines = (run_dir(out, run) / "metrics.jsonl").read_text().splitlines()
         assert [json.loads(x)["generation"] for x in lines] == list(range(6))
+
+
+def test_a_study_run_with_a_damaged_checkpoint_falls_back_and_ends_bit_identical(
+    tmp_path, capsys
+):
+    # one cell, one seed; planned 6 generations from the start, or run to 4,
+    # its newest checkpoint damaged, then extended to 6
+    text = (
+        TINY.replace("seeds = 2", "seeds = [0]")
+        .replace("[0.05, 0.3]", "[0.3]")
+        .replace('[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', "")
+    )
+    straight = load(write_study(tmp_path / "a", text))
+    run_study(straight, tmp_path / "a" / "out", quiet=True)
+    short = load(
+        write_study(tmp_path / "b", text.replace("generations = 6", "generations = 4"))
+    )
+    out = tmp_path / "b" / "out"
+    run_study(short, out, quiet=True)
+    (run,) = short.runs
+    step = run_dir(out, run) / "checkpoints" / "4"
+    array = max(
+        (p for p in step.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size
+    )
+    data = bytearray(array.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    array.write_bytes(bytes(data))
+    capsys.readouterr()
+    run_study(load(write_study(tmp_path / "b", text)), out, quiet=True)
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "damaged" in x]
+    assert line.startswith(
+        f"eqxevo: run {run.id}: checkpoint at generation 4 is damaged"
+    )
+    assert line.endswith("resuming from generation 2 (the newest good one)")
+    mine, theirs = run_dir(out, run), run_dir(tmp_path / "a" / "out", run)
+    assert (mine / "metrics.jsonl").read_text() == (
+        theirs / "metrics.jsonl"
+    ).read_text()
+    a, b = (json.loads((p / "summary.json").read_text()) for p in (mine, theirs))
+    assert a["heldout"] == b["heldout"] and a["checksums"] == b["checksums"]

@@ -74,7 +74,12 @@ def chunk_bytes(compiled: Any, mesh: Mesh | None) -> int | None:
 
 def too_big(built: Built, needed: int, mesh: Mesh | None) -> str:
     """What to say when a run needs `needed` bytes: the estimate, the memory
-    available, and what to change."""
+    available, and what to change.
+
+    `run.batch_size` is not advised: a chunk's memory is the population's
+    (genomes, noise, strategy state, all P x D), which it does not bound; a
+    lifetime's own state is small next to a genome (tests/test_faults.py).
+    """
     available, where = available_memory(mesh)
     e = built.experiment
     p = e.strategy.population_size
@@ -86,9 +91,8 @@ def too_big(built: Built, needed: int, mesh: Mesh | None) -> str:
         f"this run needs about {format_bytes(needed)} (XLA's memory analysis of one "
         f"chunk of generations) but {where} has {format_bytes(available or 0)} "
         f"available. Lower strategy.population_size (now {p}; the population alone "
-        f"is {format_bytes(population)}: {p} genomes x {d} parameters), set "
-        f"run.batch_size to evaluate fewer genomes at a time (now "
-        f"{e.run.batch_size or 'all'}), or split over more devices (--devices)"
+        f"is {format_bytes(population)}: {p} genomes x {d} parameters) or split "
+        "over more devices (--devices)"
     )
 
 

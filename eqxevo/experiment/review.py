@@ -3,14 +3,27 @@
 """
 
 import dataclasses
+import functools
 from pathlib import Path
+from typing import Any
 
+import jax
 import jax.random as jr
+import numpy as np
 
 from .._types import Genome, PRNGKey
-from ..heldout import HeldOut, evaluates_mean, heldout_evaluate, heldout_keys
+from ..heldout import (
+    HeldOut,
+    episode_fitness,
+    evaluates_mean,
+    heldout_keys,
+    heldout_settings,
+    summarize,
+)
 from ..keys import seed_keys
+from ..metrics import format_bytes
 from .build import Built, build
+from .resources import ResourceError, available_memory, exhausted, memory_estimate
 from .rundir import RunDir, RunDirError
 
 TRAJECTORY_STEPS = 5000
@@ -53,6 +66,60 @@ def load_genome(run_dir: str | Path, which: str = "best") -> tuple[Built, Genome
     return built, directory.load_genome(which, built.genome)
 
 
+MAX_EPISODES = 2**31 - 1
+"""At most this many held-out lifetimes (episode indices are 32-bit integers)."""
+
+
+def _episodes_program(
+    built: Built, genome: Genome, key: PRNGKey, num_episodes: int
+) -> tuple[Any, int | None]:
+    """The compiled held-out program for `num_episodes` lifetimes, and XLA's
+    estimate of its memory (bytes; None when XLA gives none)."""
+    settings = heldout_settings(built.settings(), num_episodes)
+    args = (key, built.fitness, genome, num_episodes, built.strategy.filter_spec)
+    # the same program `heldout_evaluate` runs, compiled ahead of time (pyright
+    # sees a function: equinox's filter_jit wrapper has `lower`)
+    lower: Any = episode_fitness.lower  # pyright: ignore[reportFunctionMemberAccess]
+    compiled = lower(*args, settings).compile()
+    program = functools.partial(compiled, *args, settings)
+    return program, memory_estimate(compiled.compiled).get("total")
+
+
+def _heldout_checked(
+    built: Built, genome: Genome, key: PRNGKey, num_episodes: int
+) -> HeldOut:
+    """`heldout_evaluate`, refused up front when `num_episodes` is out of bounds
+    or XLA's memory estimate of the program exceeds the memory available; the
+    program compiled for the estimate is the one that runs (same bits)."""
+    if num_episodes > MAX_EPISODES:
+        raise ResourceError(
+            f"--episodes {num_episodes}: at most {MAX_EPISODES} held-out lifetimes "
+            "(episode indices are 32-bit)"
+        )
+    program, needed = _episodes_program(built, genome, key, num_episodes)
+    available, where = available_memory()
+    if needed is not None and available is not None and needed > available:
+        # Memory grows about linearly with the episodes (XLA's layout varies a
+        # little with the count): a tenth held back keeps the advice true.
+        most = int(0.9 * available * num_episodes / needed)
+        raise ResourceError(
+            f"--episodes {num_episodes} needs about {format_bytes(needed)} (XLA's "
+            f"memory analysis) but {where} has {format_bytes(available)} available; "
+            f"use at most about {most} episodes"
+        )
+    try:
+        fitness = program()
+    except jax.errors.JaxRuntimeError as err:
+        if not exhausted(err):
+            raise
+        raise ResourceError(
+            f"--episodes {num_episodes}: the device ran out of memory ("
+            + " ".join(str(err).split())[:160]
+            + "); use fewer episodes"
+        ) from None
+    return summarize(np.asarray(fitness))
+
+
 def eval_run(
     run_dir: str | Path,
     *,
@@ -76,6 +143,8 @@ def eval_run(
         RunDirError: no run there, a genome file missing or damaged, or
             `genome="mean"` for an algorithm without a mean.
         ConfigError: the run's config.toml is unreadable or invalid.
+        ResourceError: `num_episodes` above `MAX_EPISODES`, or more than the
+            memory available holds (XLA's estimate).
     """
     if genome not in ("best", "mean"):
         raise ValueError(f"genome must be 'best' or 'mean'; got {genome!r}")
@@ -94,13 +163,8 @@ def eval_run(
     # so the default reproduces the run's own summary.json record.
     run_key = built.key if seed is None else seed_keys(seed)[1]
     key = heldout_keys(run_key, built.num_seeds)[run_seed]
-    result = heldout_evaluate(
-        key,
-        built.fitness,
-        loaded,
-        num_episodes or built.experiment.run.eval_episodes,
-        filter_spec=built.strategy.filter_spec,
-        settings=built.settings(),
+    result = _heldout_checked(
+        built, loaded, key, num_episodes or built.experiment.run.eval_episodes
     )
     evaluation = Evaluation(
         result,

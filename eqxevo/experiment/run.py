@@ -16,11 +16,11 @@ import numpy as np
 from jax.sharding import Mesh
 
 from .. import config as config_module
-from ..config import ConfigError, Experiment
+from ..config import Experiment
 from ..evolve import Chunk, compile_chunk, evolve
 from ..heldout import (
     evaluate_run,
-    evaluates_mean,
+    heldout_cost,
     heldout_fields,
     heldout_genomes,
     heldout_record,
@@ -45,7 +45,7 @@ from .resources import (
     state_bytes,
     too_big,
 )
-from .rundir import RunDir
+from .rundir import GENOME_FILES, RunDir, RunDirError, sha256
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -108,6 +108,7 @@ class Run:
             RunDirError: a new run where a run with checkpoints is, a resumed run
                 without a directory, or one whose config differs in keys that
                 would change its trajectory.
+            LockedError: another live process writes the directory.
             CheckpointError: no checkpoint passes verification, or one was
                 written by another experiment.
         """
@@ -115,7 +116,17 @@ class Run:
         self.dir = RunDir(run_dir)
         self.mesh = mesh
         self.share = share
-        self.notes = self.dir.open(built.experiment, resume=resume)
+        # One writer per directory, from before its first file is touched until
+        # `close`.
+        self.lock = self.dir.lock(resume=resume)
+        try:
+            self._open(resume, extra)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, resume: bool, extra: dict[str, Any] | None) -> None:
+        self.notes = self.dir.open(self.built.experiment, resume=resume)
         run = self.built.experiment.run
         self.record = config_module.to_dict(self.built.experiment)
         self.checkpoints = self.dir.checkpointer(run.keep_checkpoints)
@@ -143,7 +154,12 @@ class Run:
         self.dir.metrics.drop_fields(
             "heldout_", lambda r: not self.evaluation_due(r["generation"] + 1)
         )
-        self.summary = self.dir.read_summary() if resume else {}
+        self.summary = {}
+        if resume:
+            try:
+                self.summary = self.dir.read_summary()
+            except RunDirError as err:  # rebuilt from the checkpoint and metrics
+                self.notes.append(f"{err}; writing it again from the run's files")
         self.summary.update(extra or {})
         # A segment still "running" on disk was killed before it could say so.
         for segment in self.summary.setdefault("segments", []):
@@ -222,7 +238,7 @@ class Run:
         """Checkpoint `state` at `generation`; summary.json counts the segment up
         to here, should the process be killed before it ends."""
         self.checkpoints.save(generation, state, self.record)
-        self.saved = generation
+        self.saved = self.summary["checkpoint"] = generation
         self._account(generation)
         self.dir.write_summary(self.summary)
 
@@ -279,8 +295,31 @@ class Run:
     def finish(self, status: str) -> dict[str, Any]:
         """End the segment with `status` ("complete": it ran to its end or to
         `run.generations`; "stopped": a signal; "failed": an error): the last
-        checkpoint, the genomes, fitness.png and summary.json. Returns the
-        summary."""
+        checkpoint, the genomes, fitness.png and summary.json; then `close`.
+        Returns the summary."""
+        try:
+            return self._finish(status)
+        finally:
+            self.close()
+
+    def finish_complete(self) -> dict[str, Any]:
+        """Write the results of a run whose last checkpoint is its end (killed
+        before it finished, or its summary.json lost): genomes, figure, the
+        held-out record (the same lifetimes, the same numbers) and summary.json."""
+        self.begin()
+        if "heldout" not in self.summary:
+            self.heldout(self.generation, self.state)
+        return self.finish("complete")
+
+    def close(self) -> None:
+        """Let the directory go (the checkpointer, then the writer lock); once."""
+        if self.lock.held:
+            try:
+                self.checkpoints.close()
+            finally:
+                self.lock.release()
+
+    def _finish(self, status: str) -> dict[str, Any]:
         for sink in self.sinks:
             sink.close()
         ran = self.generation - self.segment["from_generation"]
@@ -293,7 +332,6 @@ class Run:
                 # from its previous checkpoint, losing nothing but time.
                 if status == "complete":
                     raise
-        self.checkpoints.close()
         self._account(self.generation)
         steps, seconds = self.segment["agent_steps"], self.segment["run_time_s"]
         self.segment["agent_steps_per_s"] = steps / seconds if seconds > 0 else 0.0
@@ -314,9 +352,12 @@ class Run:
             state, fitness = take(state, seed), fitness[seed]
             self.summary["best_seed"] = seed
         # the genomes held-out evaluation scores: `eqxevo eval` scores them again
+        checksums = self.summary["checksums"] = {}
         for which, genome in heldout_genomes(strategy, state).items():
             if genome is not None:
                 self.dir.save_genome(which, genome)
+                name = GENOME_FILES[which]
+                checksums[name] = sha256(self.dir.path / name)
         self.dir.plot(self.built.experiment)
         last = [r for r in self.dir.metrics.read() if r.get("seed", 0) == seed][-1:]
         self.summary["best_fitness"] = float(fitness) if np.isfinite(fitness) else None
@@ -331,21 +372,6 @@ def _say(notes: Iterable[str], stream: Any) -> None:
     """Print notes the user must see (even with quiet): fallbacks, reuse."""
     for note in notes:
         print(note, file=stream if stream is not None else sys.stderr, flush=True)
-
-
-def _heldout_note(built: Built) -> str:
-    """What the held-out evaluations cost, in lifetimes and in generations."""
-    run = built.experiment.run
-    genomes = 2 if evaluates_mean(built.strategy) else 1
-    lifetimes = genomes * run.eval_episodes
-    when = "at the end" + (
-        f" and every {run.eval_every} generations" if run.eval_every else ""
-    )
-    return (
-        f"held-out evaluation {when}: {genomes} genome(s) x {run.eval_episodes} "
-        f"lifetimes per seed, as many lifetimes as "
-        f"{lifetimes / built.strategy.population_size:.3g} generations"
-    )
 
 
 def _prepare(the_run: Run, progress: Progress) -> Any:
@@ -387,7 +413,7 @@ def _prepare(the_run: Run, progress: Progress) -> Any:
             )
         )
         check_fits(built, needed, mesh)
-    progress.say(_heldout_note(built))
+    progress.say(heldout_cost(built.strategy, run.eval_episodes, run.eval_every))
     return state
 
 
@@ -430,9 +456,10 @@ def run_experiment(
     """
     the_run = Run(build(experiment), run_dir, resume=resume, mesh=mesh)
     if the_run.complete:
-        the_run.checkpoints.close()
-        the_run.summary.setdefault("generations", the_run.generation)
-        the_run.summary["complete"] = True
+        if the_run.summary.get("complete"):
+            the_run.close()
+        else:  # killed after its last checkpoint, or summary.json was lost
+            the_run.finish_complete()
         the_run.notes.append(
             f"{the_run.dir.path} is complete at generation {the_run.generation} "
             f"(run.generations = {the_run.total}): nothing to run; extend it with "
@@ -522,17 +549,7 @@ def resume_run(
     `overrides` may change only `config.RESUMABLE_CHANGES`."""
     directory = RunDir(run_dir)
     directory.require()
-    for item in overrides:
-        key = item.split("=", 1)[0].strip()
-        if not config_module.resumable(key):
-            allowed = ", ".join(
-                k + "*" if k.endswith(".") else k
-                for k in config_module.RESUMABLE_CHANGES
-            )
-            raise ConfigError(
-                f"--set {item!r}: a resumed run can only change {allowed}; others "
-                "would change its trajectory"
-            )
+    config_module.check_resumable(overrides)
     experiment = directory.read_config(overrides)
     return run_experiment(experiment, run_dir, resume=True, **kwargs)
 

@@ -2,6 +2,7 @@
 or not at all, and read back checked. The layout: docs/operations.md.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ from .. import config as config_module
 from .._types import Genome
 from ..checkpoint import Checkpointer
 from ..config import Experiment
+from ..lock import WriterLock
 from ..metrics import MetricsLog
 from ..plots import plot_fitness
 
@@ -37,25 +39,54 @@ _RUN_FILES = (
 _RUN_DIRS = ("checkpoints", "damaged-checkpoints", "tensorboard", "wandb")
 
 
+def _name(err: BaseException, path: Path) -> None:
+    """Let an `OSError` without a file name (a failed write or flush) name the
+    file it was writing, so its one-line message says where."""
+    if isinstance(err, OSError) and err.filename is None:
+        err.filename = str(path)
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write a file whole or not at all (a kill never leaves half of it)."""
     # A rename within one folder is atomic: readers see the old file or the new one.
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:
+        # A full disk (or a kill) leaves the old file and no half-written copy.
+        tmp.unlink(missing_ok=True)
+        _name(err, path)
+        raise
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from `path`; {} when it is missing, unreadable or not an
-    object."""
+    """A JSON object from `path`; {} when there is no such file.
+
+    Raises:
+        RunDirError: the file is cut short (a crash mid-write on a file system
+            without atomic rename), unreadable or not a JSON object; names it.
+    """
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
         return {}
-    return data if isinstance(data, dict) else {}
+    except (OSError, ValueError) as err:
+        raise RunDirError(
+            f"{path} is cut short or damaged ({type(err).__name__}: "
+            f"{' '.join(str(err).split())[:80]})"
+        ) from None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path} is damaged: not a JSON object")
+    return data
+
+
+def sha256(path: Path) -> str:
+    """The file's SHA-256, in hex (summary.json records those of the genomes)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _totals(summary: dict[str, Any]) -> dict[str, Any]:
@@ -127,6 +158,20 @@ class RunDir:
             shutil.rmtree(self.path / name, ignore_errors=True)
         return True
 
+    def lock(self, *, resume: bool) -> WriterLock:
+        """Become the directory's one writer (`eqxevo.lock`): a new run's directory
+        is made first; a resumed run's must hold a run.
+
+        Raises:
+            RunDirError: a resumed run without a directory.
+            LockedError: another live process writes the directory; names it.
+        """
+        if resume:
+            self.require()
+        else:
+            self.path.mkdir(parents=True, exist_ok=True)
+        return WriterLock(self.path, "run directory").acquire()
+
     def open(self, experiment: Experiment, *, resume: bool) -> list[str]:
         """Make the directory hold `experiment`'s run: a new one (`prepare_new`) or
         the same run continued (`changed_keys`); config.toml then holds
@@ -178,7 +223,11 @@ class RunDir:
         return changed
 
     def read_summary(self) -> dict[str, Any]:
-        """summary.json ({} when there is none)."""
+        """summary.json ({} when there is none).
+
+        Raises:
+            RunDirError: it is cut short or damaged (`eqxevo resume` rebuilds it).
+        """
         return read_json(self.path / "summary.json")
 
     def write_summary(self, summary: dict[str, Any]) -> dict[str, Any]:
@@ -191,19 +240,31 @@ class RunDir:
         """Write genome `which` ("best" or "mean") with Equinox serialisation."""
         path = self.path / GENOME_FILES[which]
         tmp = path.with_name(f".{path.name}.tmp")
-        eqx.tree_serialise_leaves(tmp, genome)
-        os.replace(tmp, path)
+        try:
+            eqx.tree_serialise_leaves(tmp, genome)
+            os.replace(tmp, path)
+        except BaseException as err:
+            tmp.unlink(missing_ok=True)  # the old genome stays, whole
+            _name(err, path)
+            raise
 
     def load_genome(self, which: str, like: Genome) -> Genome:
         """Read genome `which` ("best" or "mean") into the structure of `like`.
 
         Raises:
-            RunDirError: the file is missing or damaged.
+            RunDirError: the file is missing, damaged, or not the file written
+                (its checksum in summary.json differs).
         """
         path = self.path / GENOME_FILES[which]
         if not path.exists():
             raise RunDirError(
                 f"{self.path} holds no {path.name}: the run has not finished a segment"
+            )
+        expected = self.read_summary().get("checksums", {}).get(path.name)
+        if expected is not None and sha256(path) != expected:
+            raise RunDirError(
+                f"{path} is damaged: its SHA-256 differs from the one summary.json "
+                "recorded when it was written"
             )
         try:
             return eqx.tree_deserialise_leaves(path, like)
@@ -236,4 +297,11 @@ class RunDir:
         return plot_fitness(records, self.path / "fitness.png", title=title)
 
 
-__all__ = ["GENOME_FILES", "RunDir", "RunDirError", "read_json", "write_atomic"]
+__all__ = [
+    "GENOME_FILES",
+    "RunDir",
+    "RunDirError",
+    "read_json",
+    "sha256",
+    "write_atomic",
+]

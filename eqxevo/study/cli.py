@@ -97,7 +97,15 @@ def plan(file: str, out: str | None, measure: bool, as_json: bool) -> None:
     "submitit-local: the same jobs as subprocesses on this machine.",
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
-def run(file: str, out: str | None, executor: str, quiet: bool) -> None:
+@click.option(
+    "--force-resubmit",
+    is_flag=True,
+    help="slurm: submit again the runs of earlier jobs whose state neither sacct "
+    "nor squeue gives (by default the command stops: they may still be running).",
+)
+def run(
+    file: str, out: str | None, executor: str, quiet: bool, force_resubmit: bool
+) -> None:
     """Run every unfinished run of a study file.
 
     Each run gets a run directory under OUT/runs/, as `eqxevo run` keeps one.
@@ -113,11 +121,11 @@ def run(file: str, out: str | None, executor: str, quiet: bool) -> None:
     """
     from ..checkpoint import CheckpointError
     from ..interrupts import StopRequest, exit_code
+    from ..lock import LockedError
     from .executor import (
         LocalExecutor,
         SubmititExecutor,
         run_study,
-        use_compilation_cache,
     )
     from .spec import StudyError
 
@@ -134,11 +142,10 @@ def run(file: str, out: str | None, executor: str, quiet: bool) -> None:
     chosen: Any = LocalExecutor(stop)
     if executor != "local":
         cluster = "slurm" if executor == "slurm" else "local"
-        chosen = SubmititExecutor(cluster, spec.slurm)
-    use_compilation_cache(path)
+        chosen = SubmititExecutor(cluster, spec.slurm, force_resubmit=force_resubmit)
     try:
         with stop:
-            result = run_study(spec, path, chosen, quiet=quiet)
+            result = run_study(spec, path, chosen, quiet=quiet, compilation_cache=True)
     except KeyboardInterrupt:
         click.echo(
             f"\ninterrupted; every run keeps its last chunk. Continue with the same "
@@ -146,7 +153,7 @@ def run(file: str, out: str | None, executor: str, quiet: bool) -> None:
             err=True,
         )
         sys.exit(exit_code(stop.signum) if stop.signum is not None else 130)
-    except (StudyError, CheckpointError) as err:
+    except (StudyError, CheckpointError, LockedError) as err:
         fail(err)
     click.echo(
         f"{result['done']}/{result['runs']} runs complete in {path}; "
@@ -183,6 +190,8 @@ def status(out: str, as_json: bool) -> None:
         f"{result['done']} done, {result['programs']} programs; generations "
         f"{generations['done']}/{generations['total']}"
     )
+    if result["running"]:
+        click.echo(f"being run by {result['running']}")
     for cell in result["per_cell"]:
         click.echo(f"  {cell['cell']}: {cell['done']}/{cell['runs']}")
 

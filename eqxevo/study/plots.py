@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from ..plots import save_figure
+
 
 def _figure(width: float = 7.5, height: float = 4.5, ncols: int = 1) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -22,7 +24,7 @@ def _figure(width: float = 7.5, height: float = 4.5, ncols: int = 1) -> Any:
 def _save(fig: Any, path: str | Path | None) -> Any:
     fig.tight_layout()
     if path is not None:
-        fig.savefig(Path(path))
+        save_figure(fig, path)
     return fig
 
 

@@ -4,6 +4,7 @@ own run directory through `eqxevo.experiment.Run`; the study folder's files.
 
 import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from ..evolve import Chunk, evolve
 from ..experiment import Run, RunDir, RunDirError
 from ..experiment.rundir import read_json, write_atomic
 from ..interrupts import StopRequest
+from ..lock import LockedError
 from ..runs import take
 from .group import Member, Program, stacked
 from .progress import StudyProgress
@@ -29,8 +31,12 @@ def run_dir(out: str | Path, run: StudyRun) -> Path:
 
 
 def read_summary(path: str | Path) -> dict[str, Any]:
-    """A run directory's summary.json ({} when there is none)."""
-    return RunDir(path).read_summary()
+    """A run directory's summary.json ({} when there is none, or when it is cut
+    short: the run then counts as unfinished, and `study run` writes it again)."""
+    try:
+        return RunDir(path).read_summary()
+    except RunDirError:
+        return {}
 
 
 def is_done(out: str | Path, run: StudyRun) -> bool:
@@ -48,17 +54,28 @@ def load_study(out: str | Path) -> Study:
     """The study an output folder holds (from OUT/study.json).
 
     Raises:
-        StudyError: the folder holds no study.
+        StudyError: the folder holds no study, or its study.json is cut short
+            (`eqxevo study run FILE --out OUT` writes it again).
     """
-    data = read_json(Path(out) / "study.json")
+    try:
+        data = read_json(Path(out) / "study.json")
+    except RunDirError as err:
+        raise StudyError(
+            f"{err}; `eqxevo study run FILE --out {out}` with the study file "
+            "writes it again"
+        ) from None
     if not data:
         raise StudyError(f"{out} holds no study (no study.json); run one first")
     return from_dict(data)
 
 
 def load_plan(out: str | Path) -> dict[str, Any]:
-    """OUT/plan.json ({} when there is none)."""
-    return read_json(Path(out) / "plan.json")
+    """OUT/plan.json ({} when there is none, or when it is cut short: the plan
+    follows from study.json, and `study run` writes it again)."""
+    try:
+        return read_json(Path(out) / "plan.json")
+    except RunDirError:
+        return {}
 
 
 def check_same_study(out: str | Path, study: Study) -> None:
@@ -68,9 +85,10 @@ def check_same_study(out: str | Path, study: Study) -> None:
     Raises:
         StudyError: a run of OUT's study differs in other keys; names them.
     """
-    if not (Path(out) / "study.json").exists():
+    try:
+        saved = {r.id: r for r in load_study(out).runs}
+    except StudyError:  # none, or cut short: each run's config.toml still checks
         return
-    saved = {r.id: r for r in load_study(out).runs}
     for run in study.runs:
         if run.id not in saved:
             continue
@@ -113,7 +131,7 @@ def open_run(out: str | Path, member: Member, share: int) -> Run:
     """
     path = run_dir(out, member.run)
     try:
-        return Run(
+        one = Run(
             member.built,
             path,
             resume=RunDir(path).exists(),
@@ -122,6 +140,9 @@ def open_run(out: str | Path, member: Member, share: int) -> Run:
         )
     except (RunDirError, CheckpointError) as err:
         raise StudyError(f"run {member.run.id}: {err}") from err
+    for note in one.notes:  # a damaged checkpoint passed over, a rebuilt summary
+        print(f"eqxevo: run {member.run.id}: {note}", file=sys.stderr, flush=True)
+    return one
 
 
 def _segment(
@@ -215,18 +236,28 @@ def run_program(
     """
     # Done runs are left alone; the others share the program's wall time.
     members = [m for m in program.members if not is_done(out, m.run)]
-    runs = [open_run(out, m, share=len(members)) for m in members]
-    # A kill can leave runs of one program at different checkpoints: each
-    # generation they restart from is one `evolve` call (keys do not care).
-    by_start: dict[int, list[Run]] = {}
-    for one in runs:
-        if one.complete:  # killed after its last checkpoint: finish it
-            one.begin()
-            one.finish("complete")
-            continue
-        by_start.setdefault(one.generation, []).append(one)
-    for start in sorted(by_start):
-        _segment(by_start[start], progress, stop)
+    runs: list[Run] = []
+    try:
+        for m in members:
+            try:
+                runs.append(open_run(out, m, share=len(members)))
+            except LockedError as err:
+                # The last line of defence: a run another live process writes (a
+                # task of an earlier submission) is left to it, untouched.
+                print(f"eqxevo: skipped run {m.run.id}: {err}", file=sys.stderr)
+        # A kill can leave runs of one program at different checkpoints: each
+        # generation they restart from is one `evolve` call (keys do not care).
+        by_start: dict[int, list[Run]] = {}
+        for one in runs:
+            if one.complete:  # killed after its last checkpoint: finish it
+                one.finish_complete()
+                continue
+            by_start.setdefault(one.generation, []).append(one)
+        for start in sorted(by_start):
+            _segment(by_start[start], progress, stop)
+    finally:
+        for one in runs:  # runs an error kept from their segment
+            one.close()
 
 
 __all__ = [

@@ -5,6 +5,7 @@ output folder alone, without building or compiling anything.
 from pathlib import Path
 from typing import Any
 
+from ..lock import holder
 from .runner import load_plan, load_study, read_summary, run_dir
 from .spec import Run, Study
 
@@ -39,7 +40,8 @@ def status(out: str | Path) -> dict[str, Any]:
 
     Keys: `study`, `cells`, `runs`, `done` (runs complete), `programs`
     (compiled programs in the plan), `generations` (`done`/`total`
-    run-generations), and `per_cell` (`cell`, `runs`, `done` for each).
+    run-generations), `running` (who runs it now, in words, or None) and
+    `per_cell` (`cell`, `runs`, `done` for each).
 
     Raises:
         StudyError: `out` holds no study.
@@ -63,6 +65,7 @@ def status(out: str | Path) -> dict[str, Any]:
             "done": sum(n for _, n in progress.values()),
             "total": sum(r.experiment.run.generations for r in study.runs),
         },
+        "running": holder(out),
         "per_cell": per_cell,
     }
 
