@@ -189,8 +189,9 @@ class Checkpointer:
                 ),
             )
 
-    def save(self, generation: int, state: Any, experiment: Mapping[str, Any]) -> None:
-        """Write the state reached after `generation` generations (waits until done).
+    def save(self, generation: int, state: Any, experiment: Mapping[str, Any]) -> str:
+        """Write the state reached after `generation` generations (waits until done);
+        returns the SHA-256 of its arrays (summary.json records it).
 
         Raises:
             OSError: ENOSPC or EDQUOT (naming the checkpoint's folder) when the
@@ -236,6 +237,7 @@ class Checkpointer:
             path = str(self.directory / str(generation))
             raise OSError(full, os.strerror(full), path)
         sys.stderr.write(held.getvalue())
+        return record["sha256"]
 
     def _discard(
         self, generation: int, keep_step: bool, threads: set[threading.Thread]

@@ -370,20 +370,28 @@ def load(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Exper
         ConfigError: unreadable TOML, unknown key, wrong type, out-of-range value;
             the message names the key.
     """
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = tomllib.loads(Path(path).read_text())
-        except OSError as err:
-            raise ConfigError(f"cannot read config {path}: {err}") from err
-        except UnicodeDecodeError as err:
-            raise ConfigError(
-                f"config {path} is not UTF-8 text (byte {err.start}: "
-                f"{err.object[err.start : err.start + 1]!r}); TOML files are UTF-8"
-            ) from None
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"config {path} is not valid TOML: {err}") from err
+    data = read_toml(path, "config") if path is not None else {}
     return from_dict(apply_overrides(data, overrides))
+
+
+def read_toml(path: str | Path, what: str) -> dict[str, Any]:
+    """The TOML file `path` (a `what`: "config", "study file" ...) as a dict.
+
+    Raises:
+        ConfigError: it cannot be read, is not UTF-8 or is not valid TOML; one
+            line naming it.
+    """
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except OSError as err:
+        raise ConfigError(f"cannot read {what} {path}: {err}") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{what} {path} is not UTF-8 text (byte {err.start}: "
+            f"{err.object[err.start : err.start + 1]!r}); TOML files are UTF-8"
+        ) from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{what} {path} is not valid TOML: {err}") from err
 
 
 # -- writing ------------------------------------------------------------------------

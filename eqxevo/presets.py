@@ -4,7 +4,6 @@ arguments, `Params` overrides and paper), shipped in the wheel.
 
 import dataclasses
 import inspect
-import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import optax
 
 from ._checks import did_you_mean
+from .config import ConfigError, read_toml
 
 SHAPING_NAMES = ("identity", "centered_rank", "weights", "standardize", "normalize")
 """Fitness-shaping functions a preset may name (evosax.core.fitness_shaping)."""
@@ -140,9 +140,9 @@ def load_preset(path: str | Path) -> Preset:
     """
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise _fail(path, f"cannot be read as TOML: {err}") from err
+        data = read_toml(path, "preset")
+    except ConfigError as err:
+        raise PresetError(str(err)) from None
     unknown = set(data) - _PRESET_KEYS
     if unknown:
         raise _fail(

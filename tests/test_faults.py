@@ -117,8 +117,8 @@ def test_save_genome_on_a_full_disk_keeps_the_old_genome_and_no_tmp(
     before = (run_dir / "best_genome.eqx").read_bytes()
     _, genome = experiment.load_genome(run_dir)
 
-    def half_then_full(path, tree):
-        Path(path).write_bytes(before[: len(before) // 2])
+    def half_then_full(file, tree):
+        file.write(before[: len(before) // 2])
         _enospc()
 
     monkeypatch.setattr(eqx, "tree_serialise_leaves", half_then_full)

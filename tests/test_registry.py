@@ -92,7 +92,7 @@ def test_import_spec_must_name_an_evosax_subclass(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("text", "match"),
     [
-        ("algorithm = [", "cannot be read as TOML"),
+        ("algorithm = [", "is not valid TOML"),
         ('algorithm = "SNEZ"', "did you mean SNES"),
         ('algorithm = "SNES"\ncolour = 1', r"unknown keys \['colour'\]"),
         (

@@ -79,6 +79,13 @@ def test_an_unknown_env_name_is_refused_before_out_or_its_cache_exist(tmp_path):
     assert "env.name = 'chemotaxs' is unknown (did you mean 'chemotaxis'?)" in line
 
 
+def test_a_value_refused_only_when_built_leaves_no_out_either(tmp_path):
+    # every run is built before OUT (and its compilation cache) is made
+    text = GOOD + '[net]\nname = "mlp"\n[net.options]\nwidth = -3\n'
+    (line,) = _refused(tmp_path, text)
+    assert "width" in line
+
+
 def test_one_axis_written_twice_is_refused_naming_both_spellings(tmp_path):
     text = GOOD + (
         '[study.axes]\n"strategy.init_scale" = [0.1]\n'

@@ -227,3 +227,30 @@ def test_a_second_study_run_on_a_live_study_refuses_and_status_names_it(tmp_path
     finally:
         holder.kill()
         holder.communicate()
+
+
+def test_a_newest_checkpoint_summary_json_does_not_know_is_refused(tmp_path):
+    # summary.json records the SHA-256 of the newest checkpoint's arrays; one
+    # that differs (a checkpoint or summary.json copied in from another run)
+    # is refused rather than resumed
+    result = CliRunner().invoke(
+        main, ["run", *SETS, "--quiet", "--out", str(tmp_path), "--name", "r"]
+    )
+    assert result.exit_code == 0, result.output
+    run_dir = tmp_path / "r"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["checkpoint"]["generation"] == 6
+    summary["checkpoint"]["sha256"] = "0" * 64
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    before = (run_dir / "metrics.jsonl").read_text()
+    result = CliRunner().invoke(
+        main, ["resume", str(run_dir), "--quiet", "--set", "run.generations=8"]
+    )
+    assert result.exit_code == 1
+    (line,) = _lines(result.output)
+    assert line == (
+        f"Error: {run_dir}/checkpoints/6 is not the checkpoint this run wrote (its "
+        "SHA-256 differs from summary.json's)"
+    )
+    assert (run_dir / "metrics.jsonl").read_text() == before
+    assert not (run_dir / LOCK_FILE).exists()

@@ -16,6 +16,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from .. import config as config_module
+from ..checkpoint import integrity
 from ..config import Experiment
 from ..evolve import Chunk, compile_chunk, evolve
 from ..heldout import (
@@ -122,6 +123,8 @@ class Run:
         try:
             self._open(resume, extra)
         except BaseException:
+            if hasattr(self, "checkpoints"):
+                self.checkpoints.close()
             self.lock.release()
             raise
 
@@ -142,6 +145,13 @@ class Run:
                     f"({bad.reason}); resuming from generation {self.generation} "
                     "(the newest good one)"
                 )
+        self.summary = {}
+        if resume:
+            try:
+                self.summary = self.dir.read_summary()
+            except RunDirError as err:  # rebuilt from the checkpoint and metrics
+                self.notes.append(f"{err}; writing it again from the run's files")
+        self._check_restored()
         # `saved`: the newest checkpoint's generation (None: nothing to resume yet);
         # `recorded`: metrics.jsonl holds the generations below it.
         self.saved = self.generation if self.state is not None else None
@@ -154,12 +164,6 @@ class Run:
         self.dir.metrics.drop_fields(
             "heldout_", lambda r: not self.evaluation_due(r["generation"] + 1)
         )
-        self.summary = {}
-        if resume:
-            try:
-                self.summary = self.dir.read_summary()
-            except RunDirError as err:  # rebuilt from the checkpoint and metrics
-                self.notes.append(f"{err}; writing it again from the run's files")
         self.summary.update(extra or {})
         # A segment still "running" on disk was killed before it could say so.
         for segment in self.summary.setdefault("segments", []):
@@ -169,6 +173,20 @@ class Run:
         self.sinks: list[Any] = []
         self._appending = False
         self._started = self._running = time.perf_counter()
+
+    def _check_restored(self) -> None:
+        """The newest checkpoint, when restored, is the one summary.json recorded
+        writing (not one copied in from another run of the same experiment)."""
+        recorded = self.summary.get("checkpoint")
+        if self.state is None or not isinstance(recorded, dict):
+            return
+        if recorded.get("generation") != self.generation:
+            return  # an older one (a fallback), or summary.json lagged a kill
+        if integrity(self.state)["sha256"] != recorded.get("sha256"):
+            raise RunDirError(
+                f"{self.dir.path}/checkpoints/{self.generation} is not the checkpoint "
+                "this run wrote (its SHA-256 differs from summary.json's)"
+            )
 
     # -- the run's course ---------------------------------------------------------
 
@@ -237,8 +255,9 @@ class Run:
     def save(self, generation: int, state: Any) -> None:
         """Checkpoint `state` at `generation`; summary.json counts the segment up
         to here, should the process be killed before it ends."""
-        self.checkpoints.save(generation, state, self.record)
-        self.saved = self.summary["checkpoint"] = generation
+        digest = self.checkpoints.save(generation, state, self.record)
+        self.saved = generation
+        self.summary["checkpoint"] = {"generation": generation, "sha256": digest}
         self._account(generation)
         self.dir.write_summary(self.summary)
 

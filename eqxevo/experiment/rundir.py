@@ -2,13 +2,14 @@
 or not at all, and read back checked. The layout: docs/operations.md.
 """
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import equinox as eqx
 
@@ -46,21 +47,35 @@ def _name(err: BaseException, path: Path) -> None:
         err.filename = str(path)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write a file whole or not at all (a kill never leaves half of it)."""
-    # A rename within one folder is atomic: readers see the old file or the new one.
+@contextlib.contextmanager
+def _atomic(path: Path, mode: str) -> Iterator[IO[Any]]:
+    """A file that becomes `path` whole or not at all: written under a temporary
+    name in the same folder, synced, renamed over `path` (atomic: readers see the
+    old file or the new one), the folder synced so the rename survives a crash.
+    On any failure (a full disk, a kill) the old file stays and the temporary
+    one goes."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with tmp.open("w") as f:
-            f.write(text)
+        with tmp.open(mode) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
     except BaseException as err:
-        # A full disk (or a kill) leaves the old file and no half-written copy.
         tmp.unlink(missing_ok=True)
         _name(err, path)
         raise
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a file whole or not at all (a kill never leaves half of it)."""
+    with _atomic(path, "w") as f:
+        f.write(text)
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -238,15 +253,8 @@ class RunDir:
 
     def save_genome(self, which: str, genome: Genome) -> None:
         """Write genome `which` ("best" or "mean") with Equinox serialisation."""
-        path = self.path / GENOME_FILES[which]
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            eqx.tree_serialise_leaves(tmp, genome)
-            os.replace(tmp, path)
-        except BaseException as err:
-            tmp.unlink(missing_ok=True)  # the old genome stays, whole
-            _name(err, path)
-            raise
+        with _atomic(self.path / GENOME_FILES[which], "wb") as f:
+            eqx.tree_serialise_leaves(f, genome)
 
     def load_genome(self, which: str, like: Genome) -> Genome:
         """Read genome `which` ("best" or "mean") into the structure of `like`.

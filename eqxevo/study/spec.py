@@ -7,7 +7,6 @@ import dataclasses
 import itertools
 import math
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -167,13 +166,10 @@ def _slug(name: str) -> str:
 def _read_base(base: Any, root: Path | None) -> dict[str, Any]:
     if not isinstance(base, str):
         raise StudyError(f"base = {base!r}; it must be a path (a string)")
-    path = (root or Path.cwd()) / base
     try:
-        experiment = tomllib.loads(path.read_text())
-    except OSError as err:
-        raise StudyError(f"base = {base!r}: cannot read {path}: {err}") from err
-    except tomllib.TOMLDecodeError as err:
-        raise StudyError(f"base = {base!r}: {path} is not valid TOML: {err}") from err
+        experiment = config_module.read_toml((root or Path.cwd()) / base, "experiment")
+    except ConfigError as err:
+        raise StudyError(f"base = {base!r}: {err}") from None
     if "study" in experiment or "base" in experiment:
         raise StudyError(f"base = {base!r} must be an experiment, not a study")
     return experiment
@@ -339,11 +335,9 @@ def load(path: str | Path) -> Study:
     """
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except OSError as err:
-        raise StudyError(f"cannot read study file {path}: {err}") from err
-    except tomllib.TOMLDecodeError as err:
-        raise StudyError(f"study file {path} is not valid TOML: {err}") from err
+        data = config_module.read_toml(path, "study file")
+    except ConfigError as err:
+        raise StudyError(str(err)) from None
     return from_dict(data, path.parent)
 
 
