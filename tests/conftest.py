@@ -6,12 +6,22 @@ beartype checking of every eqxevo function is switched on by
 
 import gc
 import os
+import shutil
+import tempfile
 import zlib
 
-import hypothesis
-import jax
-import jax.random as jr
-import pytest
+# One persistent compilation cache for the whole session, set before JAX is
+# imported: the test workers and the CLIs the tests start share compiled programs
+# (the same executables, so the same bits). Made by the first process (pytest's
+# own), inherited by the rest, removed at the end.
+_CACHE_MADE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if _CACHE_MADE:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="eqxevo-tests-")
+
+import hypothesis  # noqa: E402
+import jax  # noqa: E402
+import jax.random as jr  # noqa: E402
+import pytest  # noqa: E402
 
 # eqxevo itself must be strict-clean; evosax is not, and eqxevo traces it under
 # standard promotion on purpose (see strategy.base.standard_promotion).
@@ -59,3 +69,8 @@ def _release_compiled_programs():
     yield
     jax.clear_caches()
     gc.collect()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _CACHE_MADE and not hasattr(config, "workerinput"):  # not an xdist worker
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)

@@ -1,5 +1,6 @@
 import json
 
+import jax
 import pytest
 from click.testing import CliRunner
 from study_fixtures import finished_study  # noqa: F401
@@ -67,7 +68,16 @@ def _refused(tmp_path, text):
     file = tmp_path / "study.toml"
     file.write_text(text)
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["study", "run", str(file), "--out", str(out)])
+    # without the suite's shared cache, as a user runs it: OUT/.jax_cache would
+    # be made if the study got that far
+    shared = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None)
+    try:
+        result = CliRunner().invoke(
+            main, ["study", "run", str(file), "--out", str(out)]
+        )
+    finally:
+        jax.config.update("jax_compilation_cache_dir", shared)
     assert result.exit_code == 1, result.output
     assert not out.exists()  # no .jax_cache, no runs/
     return result.output.removeprefix("Error: ").strip().splitlines()
