@@ -11,34 +11,10 @@ from typing import Any, NoReturn
 
 import click
 
+from ._disk import disk_full
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 """Context settings of every command: `-h` and `--help`, 100 columns."""
-
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-"""The errnos of a full disk or an exhausted quota."""
-
-
-def disk_full(err: BaseException) -> OSError | None:
-    """The `OSError` of a full disk (ENOSPC) or quota (EDQUOT) that `err` is or
-    was raised from (its cause or context), or None. Of several (a write that
-    failed while a failed run saved what it had) the first, the one that stopped
-    the run."""
-    seen: set[int] = set()
-    found = None
-    current: BaseException | None = err
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        # a library's own error without a path does not replace one with it
-        if (
-            isinstance(current, OSError)
-            and current.errno in DISK_FULL
-            and (found is None or current.filename is not None)
-        ):
-            found = current
-        # as a traceback shows the chain: `raise ... from None` ends it
-        suppressed = current.__suppress_context__
-        current = current.__cause__ or (None if suppressed else current.__context__)
-    return found
 
 
 def _run_dir(path: Path) -> Path | None:
@@ -129,4 +105,4 @@ class Group(click.Group):
             fail(err)
 
 
-__all__ = ["CONTEXT", "DISK_FULL", "Group", "disk_full", "disk_full_message", "fail"]
+__all__ = ["CONTEXT", "Group", "disk_full_message", "fail"]

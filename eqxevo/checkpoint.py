@@ -5,13 +5,11 @@ See docs/internals.md ("Checkpoints") for the format and the fallback on damage.
 
 import contextlib
 import dataclasses
-import errno
 import gc
 import hashlib
 import io
 import logging
 import os
-import re
 import shutil
 import sys
 import threading
@@ -25,6 +23,8 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import orbax.checkpoint as ocp
+
+from ._disk import disk_full
 
 
 @contextlib.contextmanager
@@ -43,30 +43,6 @@ def _quiet_orbax() -> Iterator[None]:
     finally:
         for logger, level in zip(loggers, previous, strict=True):
             logger.setLevel(level)
-
-
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-# tensorstore reports a full disk as a ValueError naming the OS error code.
-_DISK_FULL_TEXT = re.compile(
-    r"No space left on device|Disk quota exceeded|os_error_code='?(28|122)\b"
-)
-
-
-def _disk_full(err: BaseException) -> int | None:
-    """ENOSPC or EDQUOT when `err` (or what it was raised from) is a full disk or
-    quota, else None; orbax and tensorstore wrap it in other exceptions."""
-    seen: set[int] = set()
-    current: BaseException | None = err
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in _DISK_FULL:
-            return current.errno
-        found = _DISK_FULL_TEXT.search(str(current))
-        if found:
-            quota = "quota" in found.group(0) or found.group(1) == "122"
-            return errno.EDQUOT if quota else errno.ENOSPC
-        current = current.__cause__ or current.__context__
-    return None
 
 
 def _await_orbax_threads(before: set[threading.Thread]) -> None:
@@ -225,7 +201,8 @@ class Checkpointer:
                     self._discard(generation, existed, threads)
                     raise
         except Exception as err:
-            full = _disk_full(err)
+            # only its errno is kept: the error's frames must go (below)
+            full = getattr(disk_full(err), "errno", None)
             if full is None:
                 raise
         if full is not None:
