@@ -22,7 +22,12 @@ from .keys import generation_keys as generation_keys
 from .presets import PresetError as PresetError
 from .prng import fast_cpu_prng as fast_cpu_prng
 from .registry import strategies as strategies
-from .rollout import Trajectory as Trajectory, record as record, rollout as rollout
+from .rollout import (
+    LifetimeFitness as LifetimeFitness,
+    Trajectory as Trajectory,
+    record as record,
+    rollout as rollout,
+)
 from .runs import stack_runs as stack_runs
 from .sharding import (
     initialize_distributed as initialize_distributed,

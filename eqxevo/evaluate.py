@@ -187,6 +187,14 @@ def _vmap_in_blocks(one: Callable[..., Any], args: Any, batch_size: int | None) 
     return out
 
 
+def draws_apart(fitness_fn: Any) -> bool:
+    """Whether `fitness_fn` computes every random draw it makes from its key as a
+    computation of its own (its `draws_apart` attribute; `eqxevo.LifetimeFitness`
+    on an environment with `sample_noise`), so a shared episode can be drawn
+    once for the population."""
+    return getattr(fitness_fn, "draws_apart", False) is True
+
+
 def evaluate_genomes(
     key: PRNGKey,
     fitness_fn: Callable[..., Any],
@@ -207,6 +215,12 @@ def evaluate_genomes(
     static_arrays, static_other = eqx.partition(static, eqx.is_array)
     fn_arrays, fn_other = eqx.partition(fitness_fn, eqx.is_array)
     count = jtu.tree_leaves(evolvable)[0].shape[0]
+    # Shared episodes, drawn once: a fitness whose every draw from its key is a
+    # computation of its own (`draws_apart`) gets the episode key unbatched, so
+    # the episode's noise is computed once for the population, and its bits
+    # cannot depend on the batched code that reads them. Any other fitness
+    # derives the shared key inside the vmap (docs/reproducibility.md, fix 5).
+    draw_once = ids is None and draws_apart(fitness_fn)
     if ids is None:
         ids = jnp.zeros((count,), jnp.int32)
 
@@ -215,10 +229,12 @@ def evaluate_genomes(
         key, static_arrays, fn_arrays = shared
         static = eqx.combine(static_arrays, static_other)
         fn = eqx.combine(fn_arrays, fn_other)
+        episode_key = jr.fold_in(key, 0)
 
         def one(genome_evolvable: Any, episode: Array) -> tuple[Array, Any]:
             genome = eqx.combine(genome_evolvable, static)
-            return _split_output(fn(genome, jr.fold_in(key, episode)))
+            key_j = episode_key if draw_once else jr.fold_in(key, episode)
+            return _split_output(fn(genome, key_j))
 
         return _vmap_in_blocks(one, (genomes, genome_ids), settings.batch_size)
 
@@ -350,6 +366,7 @@ __all__ = [
     "Episodes",
     "EvalSettings",
     "block_width",
+    "draws_apart",
     "evaluate",
     "evaluate_genomes",
     "evaluate_with",

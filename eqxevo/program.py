@@ -15,6 +15,7 @@ from .evaluate import AbstractPopulationFitness, EvalSettings, evaluate_with
 from .fitness import best_index
 from .keys import generation_keys
 from .sharding import replicated
+from .staging import stage
 from .strategy import Strategy, StrategyState
 
 Batch = Literal["none", "seeds", "runs"]
@@ -36,41 +37,6 @@ class ChunkProgram(eqx.Module):
     halt_on_nonfinite: bool = eqx.field(static=True)
     batch: Batch = eqx.field(static=True)
     settings: EvalSettings
-
-
-def stage(fn: Callable[..., Any], pred: Array) -> Callable[..., Any]:
-    """`fn`, compiled as a computation of its own inside the enclosing program.
-
-    XLA fuses freely within a computation, and on CPU its optimisation barriers
-    are removed before fusion, so they cannot keep two stages apart. The branches
-    of a `lax.cond` are separate computations that fusion never crosses: with a
-    predicate XLA cannot evaluate (`pred` is always true at run time), `fn` runs
-    as the branch, on materialised inputs, like a call of its own jitted program,
-    and gives the bits that program gives (docs/reproducibility.md). The other
-    branch (zeros) never runs.
-    """
-
-    def staged(*args: Any) -> Any:
-        dynamic, static = eqx.partition(args, eqx.is_array)
-        out_static: list[Any] = []
-
-        def run(dynamic: Any) -> Any:
-            out = fn(*eqx.combine(dynamic, static))
-            out_dynamic, out_static_part = eqx.partition(out, eqx.is_array)
-            out_static.append(out_static_part)
-            return out_dynamic
-
-        # The branch that never runs must return the same shapes: traced once here.
-        shapes = jax.eval_shape(run, dynamic)
-
-        def never(dynamic: Any) -> Any:
-            del dynamic
-            return jtu.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-        out_dynamic = jax.lax.cond(pred, run, never, dynamic)
-        return eqx.combine(out_dynamic, out_static[-1])
-
-    return staged
 
 
 def generation_step(
@@ -221,4 +187,4 @@ def run_chunk(
     return state, halted, out, aux_static[-1]
 
 
-__all__ = ["Batch", "ChunkProgram", "generation_step", "run_chunk", "stage"]
+__all__ = ["Batch", "ChunkProgram", "generation_step", "run_chunk"]

@@ -13,8 +13,9 @@ import jax.tree_util as jtu
 
 from ._checks import positive_int
 from ._types import Array, Bool, Float, PRNGKey, Scalar
-from .envs.base import AbstractEnv, EnvParams, EnvState
+from .envs.base import AbstractEnv, EnvParams, EnvState, noise_apart
 from .nets.base import AbstractPolicy
+from .staging import stage, true_at_run_time
 
 Summary = dict[str, Array]
 """A lifetime's scalars: `total_reward`, `mean_reward`, ... (see `rollout`)."""
@@ -64,6 +65,20 @@ def _info_shapes(
     return jax.eval_shape(first, key)
 
 
+# Everything a lifetime draws from its key (resets, initial states, a step's
+# noise) is computed as a computation of its own (`stage`): with a key shared by
+# the population (`evaluate`'s shared episodes) it runs once, unbatched, and its
+# bits cannot depend on the batched code that reads it (docs/reproducibility.md).
+
+
+def _reset(env: AbstractEnv, env_params: EnvParams, key: PRNGKey) -> Any:
+    return stage(env.reset, true_at_run_time(key))(key, env_params)
+
+
+def _initial_state(policy: AbstractPolicy, key: PRNGKey) -> Any:
+    return stage(lambda p, k: p.initial_state(k), true_at_run_time(key))(policy, key)
+
+
 class StepKeys(eqx.Module):
     """The lifetime's per-step key streams; step t folds in t."""
 
@@ -83,7 +98,7 @@ def start_lifetime(
     init_key, run_key = jr.split(key)
     reset_key, policy_key = jr.split(init_key)
     env_keys, reset_keys, policy_keys = jr.split(run_key, 3)
-    obs, env_state = env.reset(reset_key, env_params)
+    obs, env_state = _reset(env, env_params, reset_key)
     # The info entries are known only by tracing one step; their sums start at 0.
     info = _info_shapes(policy, env, env_params, key)
     bad = sorted(k for k, v in info.items() if v.shape != ())
@@ -94,7 +109,7 @@ def start_lifetime(
         )
     carry = LifetimeCarry(
         t=jnp.zeros((), jnp.int32),
-        policy_state=policy.initial_state(policy_key),
+        policy_state=_initial_state(policy, policy_key),
         env_state=env_state,
         obs=obs,
         active=jnp.bool_(True),
@@ -119,9 +134,12 @@ def lifetime_step(
     """One step of a lifetime: act, step the environment, reinforce, maybe reset."""
     env_key = jr.fold_in(keys.env, carry.t)
     action, policy_state = policy(carry.obs, carry.policy_state)
-    obs, env_state, reward, done, info = env.step(
-        env_key, carry.env_state, action, env_params
-    )
+    if noise_apart(env):
+        noise = stage(env.sample_noise, true_at_run_time(env_key))(env_key, env_params)
+        step = env.transition(carry.env_state, action, env_params, noise)
+    else:
+        step = env.step(env_key, carry.env_state, action, env_params)
+    obs, env_state, reward, done, info = step
     reward = jnp.asarray(reward, jnp.float32)
     done = jnp.asarray(done, jnp.bool_)
     active = carry.active
@@ -131,11 +149,12 @@ def lifetime_step(
     if reset_on_done:
         # A reset is computed every step and kept only where done: no branch.
         reset_key = jr.fold_in(keys.reset, carry.t)
-        reset_obs, reset_state = env.reset(reset_key, env_params)
+        reset_obs, reset_state = _reset(env, env_params, reset_key)
         next_obs, next_state = _select(done, (reset_obs, reset_state), (obs, env_state))
         if reset_policy_on_done:
             policy_key = jr.fold_in(keys.policy, carry.t)
-            policy_state = _select(done, policy.initial_state(policy_key), policy_state)
+            fresh = _initial_state(policy, policy_key)
+            policy_state = _select(done, fresh, policy_state)
         still_active = active
     else:
         # One episode per lifetime: after its done, environment and policy freeze.
@@ -267,6 +286,42 @@ def rollout(
     return summary["total_reward"], summary
 
 
+class LifetimeFitness(eqx.Module):
+    """`fitness(genome, key)`: one `rollout` lifetime of the genome in `env`.
+
+    The fitness function to hand `evolve` or `evaluate` for a lifetime. A module
+    rather than a closure, so the environment's params are traced arrays (not
+    constants baked into the program) and equal experiments share one
+    compilation. Where the environment draws its steps' noise apart
+    (`sample_noise`, as eqxevo's arena environments do), a generation's shared
+    episode is drawn once for the whole population (`draws_apart`).
+
+    Example:
+        >>> fitness_fn = LifetimeFitness(env, env.default_params(), 1000)
+        >>> fitness, summary = fitness_fn(policy, key)
+    """
+
+    env: AbstractEnv
+    env_params: Any
+    num_steps: int = eqx.field(static=True)
+    reset_on_done: bool = eqx.field(static=True, default=True)
+
+    @property
+    def draws_apart(self) -> bool:
+        """Every draw from the key is a computation of its own (see `evaluate`)."""
+        return noise_apart(self.env)
+
+    def __call__(self, genome: AbstractPolicy, key: PRNGKey) -> tuple[Scalar, Summary]:
+        return rollout(
+            key,
+            genome,
+            self.env,
+            self.env_params,
+            self.num_steps,
+            reset_on_done=self.reset_on_done,
+        )
+
+
 class Trajectory(eqx.Module):
     """A recorded lifetime (from `record`).
 
@@ -346,6 +401,7 @@ def record(
 
 __all__ = [
     "LifetimeCarry",
+    "LifetimeFitness",
     "StepKeys",
     "StepRecord",
     "Summary",

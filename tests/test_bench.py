@@ -378,7 +378,8 @@ def test_milestone_kernels_count_the_lifetime_loop_of_evaluate():
     )
     assert [r["option"] for r in rows] == ["default", "copy insertion region analysis"]
     for r in rows:
-        assert r["kernels_per_step"] == r["top_level"] + r["in_nested_loops"]
+        parts = r["top_level"] + r["in_nested_loops"] + r["in_branches"]
+        assert r["kernels_per_step"] == parts
         assert r["by_opcode"]["fusion"] >= 1
     # region analysis drops copies, and only copies
     default, region = (r["by_opcode"] for r in rows)

@@ -478,13 +478,16 @@ def test_fused_policy_runs_under_evaluate_and_the_strategy_and_compiles_once():
     evolve_two_generations(policy, lambda g, k: _lifetime(g, k, 8)[0])
 
 
-def test_auto_picks_the_kernel_on_gpu_only():
-    assert choose_layout(256, 2048, 8, platform="gpu") == "pallas"
-    assert choose_layout(256, 2048, 8, plastic=True, platform="gpu") == "pallas"
+def test_auto_picks_the_measured_layout_and_pallas_only_when_asked():
+    # segment was the fastest layout on an H200 at every measured point
+    assert choose_layout(256, 2048, 8, platform="gpu") == "segment"
+    assert choose_layout(256, 2048, 8, plastic=True, platform="gpu") == "segment"
     assert choose_layout(1024, 10_000, 200, platform="gpu") == "segment"  # ragged
     assert choose_layout(256, 2048, 8, platform="tpu") == "gather"
     for plastic in (False, True):
-        assert choose_layout(64, 512, 8, plastic=plastic, platform="cpu") != "pallas"
+        for backend in ("cpu", "gpu", "tpu"):
+            picked = choose_layout(64, 512, 8, plastic=plastic, platform=backend)
+            assert picked != "pallas"
     topology = Topology.fixed_fan_in(N, 3, key=jr.key(0))
     assert make_layout(topology, "pallas").name == "pallas"
     for factory in (sparse_rate, sparse_lif):

@@ -41,6 +41,8 @@ _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _FUSION_KIND = re.compile(r"\bkind=(k\w+)")
 # a pseudo-opcode counting what ran inside nested loops; popped before returning
 _NESTED = "<in nested loops>"
+_BRANCHED = "<in conditional branches>"
+_PSEUDO = (_NESTED, _BRANCHED)
 
 
 class _Instruction:
@@ -104,15 +106,19 @@ def _count(
                 continue
         if op == "conditional":
             # one branch runs: count the largest, an upper bound per iteration
-            best: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
+            best: tuple[dict[str, int], Counter[str], int] = ({}, Counter(), 0)
             for branch in instruction.branches():
                 c: Counter[str] = Counter()
                 k: Counter[str] = Counter()
                 _count(branch, computations, c, k)
-                if c.total() > best[0].total():
-                    best = (c, k)
-            counts.update(best[0])
-            fusion_kinds.update(best[1])
+                ops = {key: v for key, v in c.items() if key not in _PSEUDO}
+                if sum(ops.values()) > sum(best[0].values()):
+                    best = (ops, k, c[_NESTED])
+            ops, kinds, nested = best
+            counts.update(ops)
+            fusion_kinds.update(kinds)
+            counts[_NESTED] += nested
+            counts[_BRANCHED] += sum(ops.values()) - nested
         if op == "while":
             body, condition = (
                 instruction.callee("body"),
@@ -126,6 +132,8 @@ def _count(
                     _count(callee, computations, inner, inner_kinds)
             n = int(trip.group(1)) if trip else 1  # unknown: count one trip
             for key, value in inner.items():
+                if key == _BRANCHED:  # inside a nested loop, all of it is nested
+                    continue
                 counts[key] += n * value
                 if key != _NESTED:  # already inside the opcode counts
                     counts[_NESTED] += n * value
@@ -146,7 +154,8 @@ def loop_body_kernels(compiled_text: str | None, trip_count: int | None = None) 
             largest; the whole rule is in docs/performance.md).
 
     Returns:
-        `{"total", "top_level", "in_nested_loops", "by_opcode": {opcode: n},
+        `{"total", "top_level", "in_nested_loops", "in_branches",
+        "by_opcode": {opcode: n},
         "by_fusion_kind": {kind: n}, "condition", "trip_count", "loops"}`
         where `loops` is how many `while` instructions the module holds. Raises
         `ValueError` if there is no (matching) loop.
@@ -187,6 +196,7 @@ def loop_body_kernels(compiled_text: str | None, trip_count: int | None = None) 
     fusion_kinds: Counter[str] = Counter()
     _count(body, computations, counts, fusion_kinds)
     nested = counts.pop(_NESTED, 0)
+    branched = counts.pop(_BRANCHED, 0)
     top_level = sum(i.opcode not in NOT_KERNELS for i in computations.get(body, []))
     condition_counts: Counter[str] = Counter()
     if condition is not None:
@@ -195,6 +205,7 @@ def loop_body_kernels(compiled_text: str | None, trip_count: int | None = None) 
         "total": counts.total(),
         "top_level": top_level,
         "in_nested_loops": nested,
+        "in_branches": branched,
         "by_opcode": dict(sorted(counts.items())),
         "by_fusion_kind": dict(sorted(fusion_kinds.items())),
         "condition": condition_counts.total(),

@@ -30,6 +30,7 @@ KERNEL_COLUMNS = [
     "kernels_per_step",
     "top_level",
     "in_nested_loops",
+    "in_branches",
 ]
 """The columns of the kernels table (`milestone_kernels`'s records)."""
 
@@ -74,6 +75,7 @@ def milestone_kernels(
                 "kernels_per_step": counts["total"],
                 "top_level": counts["top_level"],
                 "in_nested_loops": counts["in_nested_loops"],
+                "in_branches": counts["in_branches"],
                 "by_opcode": counts["by_opcode"],
             }
         )

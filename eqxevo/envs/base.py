@@ -40,3 +40,30 @@ class AbstractEnv(eqx.Module):
         self, key: PRNGKey, state: EnvState, action: Action, params: EnvParams
     ) -> StepResult:
         """Advance one step: `(obs, state, reward, done, info)`; never resets."""
+
+    def sample_noise(self, key: PRNGKey, params: EnvParams) -> Any:
+        """Every random draw one `step` makes, where `step` is
+        `transition(state, action, params, sample_noise(key, params))`.
+
+        Optional: an environment that provides both lets a population draw a
+        shared episode's noise once (`noise_apart`). Others raise.
+        """
+        del key, params
+        raise NotImplementedError(f"{type(self).__name__} draws inside its step")
+
+    def transition(
+        self, state: EnvState, action: Action, params: EnvParams, noise: Any
+    ) -> StepResult:
+        """The deterministic step given its random draws (see `sample_noise`)."""
+        del state, action, params, noise
+        raise NotImplementedError(f"{type(self).__name__} draws inside its step")
+
+
+def noise_apart(env: AbstractEnv) -> bool:
+    """Whether `env` draws a step's randomness apart from the step
+    (`sample_noise` and `transition` both provided)."""
+    kind = type(env)
+    return (
+        kind.sample_noise is not AbstractEnv.sample_noise
+        and kind.transition is not AbstractEnv.transition
+    )

@@ -5,7 +5,6 @@ looked at again (`review`).
 
 from .build import (
     Built as Built,
-    LifetimeFitness as LifetimeFitness,
     build as build,
     effective_config as effective_config,
 )

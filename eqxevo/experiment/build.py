@@ -12,13 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from .._types import Array, Genome, PRNGKey
+from .._types import Genome, PRNGKey
 from ..config import ConfigError, Experiment, plain_value
 from ..envs.base import AbstractEnv
 from ..evaluate import EvalSettings
 from ..keys import seed_keys
 from ..registry import Parts, lookup
-from ..rollout import rollout
+from ..rollout import LifetimeFitness
 from ..runs import initial_state
 from ..strategy import Strategy, StrategyState
 
@@ -182,30 +182,6 @@ def effective_config(
     )
 
 
-class LifetimeFitness(eqx.Module):
-    """`fitness(genome, key)`: one lifetime of the genome in the environment.
-
-    A module rather than a closure, so the environment's params are traced
-    arrays (not constants baked into the program) and equal experiments share
-    one compilation.
-    """
-
-    env: AbstractEnv
-    env_params: Any
-    num_steps: int = eqx.field(static=True)
-    reset_on_done: bool = eqx.field(static=True, default=True)
-
-    def __call__(self, genome: Genome, key: PRNGKey) -> tuple[Array, Any]:
-        return rollout(
-            key,
-            genome,
-            self.env,
-            self.env_params,
-            self.num_steps,
-            reset_on_done=self.reset_on_done,
-        )
-
-
 @dataclasses.dataclass(frozen=True)
 class Built:
     """An experiment's objects (see `build`)."""
@@ -265,7 +241,6 @@ def build(experiment: Experiment) -> Built:
 
 __all__ = [
     "Built",
-    "LifetimeFitness",
     "build",
     "effective_config",
     "make_env",

@@ -337,12 +337,10 @@ def choose_layout(
     plasticity), else `"gather"`, except `"segment"` again for K above 384
     without plasticity; at every measured point the pick is within 0.9x
     of the fastest layout. A ragged in-degree (K * N > 1.25 E_max) always gets
-    `"segment"` (gather would store mostly padding). On GPU (not measured yet):
-    `"pallas"`, the fused kernel, which like `"gather"` has no scatter (so it
-    avoids the vmapped-`segment_sum` and scatter-add slowdowns listed in
-    PERFORMANCE_NOTES.md) and runs a whole step in one launch. On TPU (not
-    measured): `"gather"`. Pass `layout=` to override; the XLA layouts are the
-    fallback.
+    `"segment"` (gather would store mostly padding). On GPU (measured on an
+    NVIDIA H200, docs/performance.md): `"segment"`, the fastest layout at every
+    measured point (the fused `"pallas"` kernel ran at 0.58-0.84x of it). On TPU
+    (not measured): `"gather"`. Pass `layout=` to override.
 
     Arguments:
         num_neurons: N.
@@ -352,7 +350,7 @@ def choose_layout(
         platform: `"cpu"`, `"gpu"`, `"tpu"`; default `jax.default_backend()`.
 
     Returns:
-        `"segment"`, `"gather"` or `"pallas"` (never `"dense"`).
+        `"segment"` or `"gather"` (never `"dense"` or `"pallas"`).
     """
     # A ragged in-degree (max fan-in far above the mean) would make gather's
     # K * N slots mostly padding: the edge list is the only compact layout then.
@@ -360,7 +358,7 @@ def choose_layout(
         return "segment"
     platform = platform or jax.default_backend()
     if platform == "gpu":
-        return "pallas"
+        return "segment"
     if platform != "cpu":
         return "gather"
     if plastic:

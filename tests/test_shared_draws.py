@@ -1,0 +1,147 @@
+"""A generation's shared episode is drawn once for the population: `LifetimeFitness`
+on an environment that draws apart (`sample_noise`) gets one unbatched key, its
+draws run as computations of their own, and the bits stay those of every block
+size (docs/reproducibility.md, fix 5)."""
+
+import functools
+
+import equinox as eqx
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import pytest
+from helpers import tree_equal
+from hypothesis import example, given, settings
+
+from eqxevo import LifetimeFitness, evaluate
+from eqxevo.config import from_dict
+from eqxevo.evaluate import draws_apart
+from eqxevo.experiment import build
+
+NETS = {
+    "L0": ("chemotaxis", {}),
+    "L2": ("foraging", {}),
+    "L4": ("long_horizon", {"plasticity": True}),
+}
+MAX_POPULATION = 64
+
+
+@functools.cache
+def workload(name: str) -> tuple[LifetimeFitness, object]:
+    """A small milestone network, episodes ending every 10 steps (resets run),
+    and a population of 64 genomes to take prefixes of."""
+    env, net_options = NETS[name]
+    built = build(
+        from_dict(
+            {
+                "env": {"name": env, "params": {"episode_length": 10}},
+                "net": {
+                    "name": "sparse_rate",
+                    "options": {"num_neurons": 16, "fan_in": 4, **net_options},
+                },
+                "strategy": {"name": "snes", "population_size": MAX_POPULATION},
+                "run": {"lifetime": 25},
+            }
+        )
+    )
+    strategy = built.strategy
+    population, _ = strategy.ask(jr.key(0), strategy.init(jr.key(1)))
+    return built.fitness, population
+
+
+def first(population: object, size: int) -> object:
+    return jax.tree.map(
+        lambda x: x[:size] if eqx.is_inexact_array(x) else x, population
+    )
+
+
+@settings(max_examples=min(6, settings().max_examples), deadline=None)
+@given(
+    name=st.sampled_from(sorted(NETS)),
+    size=st.integers(1, MAX_POPULATION),
+    batch_size=st.integers(1, MAX_POPULATION),
+    episodes=st.sampled_from(["shared", "per_genome"]),
+)
+@example(name="L0", size=17, batch_size=1, episodes="shared")
+@example(name="L2", size=17, batch_size=16, episodes="shared")
+@example(name="L4", size=64, batch_size=24, episodes="shared")
+@example(name="L4", size=33, batch_size=32, episodes="per_genome")
+def test_shared_draws_give_the_bits_of_every_block_size(
+    name, size, batch_size, episodes
+):
+    fitness_fn, population = workload(name)
+    assert fitness_fn.draws_apart
+    population = first(population, size)
+    key = jr.key(7)
+    want = evaluate(key, fitness_fn, population, episodes=episodes)
+    got = evaluate(
+        key, fitness_fn, population, batch_size=batch_size, episodes=episodes
+    )
+    assert tree_equal(got, want)
+
+
+def test_a_prefix_of_the_population_keeps_its_bits():
+    # Every genome's fitness is the same whether 1, 17 or 64 genomes are evaluated.
+    for name in sorted(NETS):
+        fitness_fn, population = workload(name)
+        whole = evaluate(jr.key(3), fitness_fn, population)
+        for size in (1, 17):
+            part = evaluate(jr.key(3), fitness_fn, first(population, size))
+            prefix = jax.tree.map(lambda x, n=size: x[:n], whole)
+            assert tree_equal(part, prefix)
+
+
+def _draw_shapes(jaxpr: jax.extend.core.Jaxpr) -> list[tuple[int, ...]]:
+    """The key shapes of every random draw in `jaxpr`, nested ones included."""
+    shapes = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in ("random_bits", "threefry2x32"):
+            shapes.append(tuple(eqn.invars[0].aval.shape))
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, tuple | list) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if isinstance(inner, jax.extend.core.Jaxpr):
+                    shapes += _draw_shapes(inner)
+    return shapes
+
+
+@pytest.mark.parametrize("episodes", ["shared", "per_genome"])
+def test_a_shared_episode_is_drawn_once_for_the_population(episodes):
+    # No draw of the shared episode carries the population axis (48 genomes):
+    # its noise is computed once; per-genome episodes draw for every genome.
+    fitness_fn, population = workload("L2")
+    population = first(population, 48)
+    jaxpr = jax.make_jaxpr(lambda p, k: evaluate(k, fitness_fn, p, episodes=episodes))(
+        population, jr.key(0)
+    ).jaxpr
+    shapes = _draw_shapes(jaxpr)
+    batched = [s for s in shapes if 48 in s]
+    if episodes == "shared":
+        assert shapes and not batched
+    else:
+        assert batched
+
+
+def test_the_draws_stay_computations_of_their_own_in_the_optimised_program():
+    # XLA removes optimisation barriers on CPU but never fuses across a
+    # conditional's branches: the compiled program keeps the draws' branches.
+    fitness_fn, population = workload("L0")
+    text = (
+        jax.jit(lambda p, k: evaluate(k, fitness_fn, p)[0])
+        .lower(first(population, 32), jr.key(0))
+        .compile()
+        .as_text()
+    )
+    # the reset and initial state at birth; a step's noise and its reset
+    assert text.count(" conditional(") >= 4
+
+
+def test_an_environment_that_draws_inside_its_step_keeps_the_genome_keys():
+    from eqxevo.envs import GymnaxEnv
+
+    pytest.importorskip("gymnax")
+    env = GymnaxEnv("CartPole-v1")
+    fitness_fn = LifetimeFitness(env, env.default_params(), 5)
+    assert not fitness_fn.draws_apart and not draws_apart(fitness_fn)
+    assert not draws_apart(lambda genome, key: jnp.zeros(()))
