@@ -15,7 +15,7 @@ from ._checks import positive_int
 from ._types import Array, Bool, Float, PRNGKey, Scalar
 from .envs.base import AbstractEnv, EnvParams, EnvState, noise_apart
 from .nets.base import AbstractPolicy
-from .staging import stage, true_at_run_time
+from .staging import draws_apart_pay, stage, true_at_run_time
 
 Summary = dict[str, Array]
 """A lifetime's scalars: `total_reward`, `mean_reward`, ... (see `rollout`)."""
@@ -65,18 +65,24 @@ def _info_shapes(
     return jax.eval_shape(first, key)
 
 
-# Everything a lifetime draws from its key (resets, initial states, a step's
-# noise) is computed as a computation of its own (`stage`): with a key shared by
-# the population (`evaluate`'s shared episodes) it runs once, unbatched, and its
-# bits cannot depend on the batched code that reads it (docs/reproducibility.md).
+# On CPU, everything a lifetime draws from its key (resets, initial states, a
+# step's noise) is computed as a computation of its own (`stage`): with a key
+# shared by the population (`evaluate`'s shared episodes) it runs once,
+# unbatched, and its bits cannot depend on the batched code that reads it
+# (docs/reproducibility.md).
+
+
+def _apart(fn: Any, key: PRNGKey) -> Any:
+    """`fn` as a computation of its own where that pays (`draws_apart_pay`)."""
+    return stage(fn, true_at_run_time(key)) if draws_apart_pay() else fn
 
 
 def _reset(env: AbstractEnv, env_params: EnvParams, key: PRNGKey) -> Any:
-    return stage(env.reset, true_at_run_time(key))(key, env_params)
+    return _apart(env.reset, key)(key, env_params)
 
 
 def _initial_state(policy: AbstractPolicy, key: PRNGKey) -> Any:
-    return stage(lambda p, k: p.initial_state(k), true_at_run_time(key))(policy, key)
+    return _apart(lambda p, k: p.initial_state(k), key)(policy, key)
 
 
 class StepKeys(eqx.Module):
@@ -135,7 +141,7 @@ def lifetime_step(
     env_key = jr.fold_in(keys.env, carry.t)
     action, policy_state = policy(carry.obs, carry.policy_state)
     if noise_apart(env):
-        noise = stage(env.sample_noise, true_at_run_time(env_key))(env_key, env_params)
+        noise = _apart(env.sample_noise, env_key)(env_key, env_params)
         step = env.transition(carry.env_state, action, env_params, noise)
     else:
         step = env.step(env_key, carry.env_state, action, env_params)
@@ -308,8 +314,9 @@ class LifetimeFitness(eqx.Module):
 
     @property
     def draws_apart(self) -> bool:
-        """Every draw from the key is a computation of its own (see `evaluate`)."""
-        return noise_apart(self.env)
+        """Every draw from the key is a computation of its own (see `evaluate`):
+        the environment draws apart, on a backend where that pays."""
+        return noise_apart(self.env) and draws_apart_pay()
 
     def __call__(self, genome: AbstractPolicy, key: PRNGKey) -> tuple[Scalar, Summary]:
         return rollout(

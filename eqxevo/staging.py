@@ -49,6 +49,16 @@ def stage(fn: Callable[..., Any], pred: Array) -> Callable[..., Any]:
     return staged
 
 
+def draws_apart_pay() -> bool:
+    """Whether a lifetime's draws are computed apart (`stage`) and a shared
+    episode drawn once for the population: on CPU, where a conditional is a
+    cheap branch and the draws are scalar work repeated per genome (L0 1.9x
+    faster). On GPU the population's draws run in parallel anyway, and drawing
+    them once was 2x slower on an H200 (docs/performance.md), so the program is
+    today's per-genome one there."""
+    return jax.default_backend() == "cpu"
+
+
 def true_at_run_time(key: PRNGKey) -> Array:
     """A predicate for `stage`: always true, but not something XLA can evaluate
     at compile time (it reads a word of `key`)."""
@@ -56,4 +66,4 @@ def true_at_run_time(key: PRNGKey) -> Array:
     return (jnp.ravel(data)[0] | jnp.uint32(1)) != 0
 
 
-__all__ = ["stage", "true_at_run_time"]
+__all__ = ["draws_apart_pay", "stage", "true_at_run_time"]
