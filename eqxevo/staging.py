@@ -54,8 +54,8 @@ def draws_apart_pay() -> bool:
     episode drawn once for the population: on CPU, where a conditional is a
     cheap branch and the draws are scalar work repeated per genome (L0 1.9x
     faster). On GPU the population's draws run in parallel anyway, and drawing
-    them once was 2x slower on an H200 (docs/performance.md), so the program is
-    today's per-genome one there."""
+    them once was slower on an H200 (docs/performance.md), so the program
+    keeps per-genome draws there."""
     return jax.default_backend() == "cpu"
 
 

@@ -71,6 +71,16 @@ def _release_compiled_programs():
     gc.collect()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding `slow` tests run first, each file kept whole (its
+    module-scoped fixtures set up once), so `pytest -n auto` does not end with
+    one worker alone on a long test."""
+    slow = {
+        item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")
+    }
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _CACHE_MADE and not hasattr(config, "workerinput"):  # not an xdist worker
         shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)

@@ -56,6 +56,7 @@ def both(tmp_path_factory):
     return tuple(np.load(folder / f"{mode}.npz") for mode in modes)
 
 
+@pytest.mark.slow
 def test_children_used_different_lowerings(both):
     unrolled, default = both
     assert int(default["while_loops"]) >= 1  # JAX's rolled 5-trip loop

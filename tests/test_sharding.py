@@ -86,6 +86,7 @@ def assert_same_as_reference(path: Path, reference, num_devices: int) -> None:
     assert f"num_promoted={num_devices + 1} must be divisible" in promoted_error
 
 
+@pytest.mark.slow
 def test_results_are_identical_on_1_2_and_4_devices(reference, tmp_path):
     # One process with 4 host devices runs every scenario on a 4-device mesh and
     # on a 2-device mesh; the reference is 1 device, no mesh.
@@ -108,6 +109,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_results_of_one(reference, tmp_path):
     # Two processes with two CPU devices each: a global mesh of 4 devices over
     # gloo collectives, on the same scenarios.

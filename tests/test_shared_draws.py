@@ -10,6 +10,7 @@ import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 import pytest
 from helpers import tree_equal
 from hypothesis import example, given, settings
@@ -56,6 +57,7 @@ def first(population: object, size: int) -> object:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=min(3, settings().max_examples), deadline=None)
 @given(
     name=st.sampled_from(sorted(NETS)),
@@ -160,19 +162,46 @@ def _primitives(jaxpr: jax.extend.core.Jaxpr) -> set[str]:
 
 
 def test_on_a_gpu_the_program_keeps_per_genome_draws(monkeypatch):
-    # Drawing once was 2x slower on an H200 (docs/performance.md): there the
-    # program is the per-genome one, with no conditionals.
+    # Drawing once was slower on an H200 (docs/performance.md): there the
+    # program keeps per-genome draws, with no conditionals.
     fitness_fn, population = workload("L0")
     population = first(population, 48)
 
     def program() -> jax.extend.core.Jaxpr:
+        jax.clear_caches()  # traces are cached per process, not per backend
         return jax.make_jaxpr(lambda p, k: evaluate(k, fitness_fn, p))(
             population, jr.key(0)
         ).jaxpr
 
     assert fitness_fn.draws_apart and "cond" in _primitives(program())
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    assert not fitness_fn.draws_apart
-    jaxpr = program()
+    try:
+        monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+        assert not fitness_fn.draws_apart
+        jaxpr = program()
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()  # no GPU-variant trace left for the next test
     assert "cond" not in _primitives(jaxpr)
     assert any(48 in shape for shape in _draw_shapes(jaxpr))
+
+
+@pytest.mark.parametrize("algorithm", ["SNES", "CMA_ES", "Sep_CMA_ES"])
+def test_evolve_with_an_episode_drawn_once_equals_the_hand_written_loop(algorithm):
+    # The README's ask/evaluate/tell loop, chunk sizes and seeds, on the fast
+    # path: an L2 network (transcendentals, reductions, resets every 10 steps).
+    from test_evolve import hand_written_loop
+
+    from eqxevo import Strategy, evolve
+
+    fitness_fn, population = workload("L2")
+    genome = jax.tree.map(lambda x: x[0] if eqx.is_inexact_array(x) else x, population)
+    strategy = Strategy(algorithm, genome, 16, maximize=True)
+    key = jr.key(5)
+    result = evolve(key, strategy, fitness_fn, num_generations=3, chunk_size=2)
+    state, best = hand_written_loop(strategy, fitness_fn, key, 3)
+    assert tree_equal(result.state, state)
+    np.testing.assert_array_equal(result.history["best"], best)
+    seeds = evolve(key, strategy, fitness_fn, num_generations=3, num_seeds=2)
+    for k, seed_key in enumerate(jr.split(key, 2)):
+        single = evolve(seed_key, strategy, fitness_fn, num_generations=3)
+        assert tree_equal(jax.tree.map(lambda x, k=k: x[k], seeds.state), single.state)

@@ -1,11 +1,13 @@
 import json
 
+import pytest
 from study_fixtures import TINY, finished_study, write_study  # noqa: F401
 
 from eqxevo.study import SubmititExecutor, load, run_study
 from eqxevo.study.runner import load_plan, run_dir
 
 
+@pytest.mark.slow
 def test_the_submitit_local_executor_runs_a_two_group_study(tmp_path, finished_study):  # noqa: F811
     # Two cells whose networks differ in shape: two programs, so two jobs of
     # one job array, each a real subprocess (submitit's local executor).

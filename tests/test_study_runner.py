@@ -86,6 +86,7 @@ def _study_run_until_records(file, out, log):
     return child
 
 
+@pytest.mark.slow
 def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_results(
     tmp_path,
     finished_study,  # noqa: F811

@@ -258,6 +258,7 @@ def _milestones(milestones: list[dict[str, Any]]) -> list[str]:
         "layout",
         "compile_s",
         "generation_s",
+        "call_overhead_s",
         "agent_steps_per_s",
         "sharded_agent_steps_per_s",
         "peak_bytes",
