@@ -47,10 +47,23 @@ every genome runs XLA:CPU's vectorised loop, never its scalar remainder, whateve
 the batch size or device count (docs/reproducibility.md)."""
 
 
+CPU_BLOCK_MAX = 128
+"""On CPU, evaluation blocks hold at most this many genomes, whatever
+`batch_size` asks: XLA:CPU's fusion choices depend on the size of a block's
+arrays, and a wider block can change a genome's last bits (L2 blocks of 176
+genomes or more differed from blocks of 16-160; docs/reproducibility.md,
+mechanism 6). Other platforms evaluate the whole population at once."""
+
+
 def block_width(count: int, batch_size: int | None) -> int:
-    """Genomes per evaluation block: `batch_size` (or all `count`), rounded up to
-    a multiple of `BLOCK_ALIGN`."""
+    """Genomes per evaluation block: `batch_size` (or all `count`), at most
+    `CPU_BLOCK_MAX` on CPU, evened out over the blocks that takes and rounded
+    up to a multiple of `BLOCK_ALIGN`."""
     wanted = count if batch_size is None else min(batch_size, count)
+    if jax.default_backend() == "cpu":
+        wanted = min(wanted, CPU_BLOCK_MAX)
+    num_blocks = -(-count // wanted)
+    wanted = -(-count // num_blocks)  # 144 genomes: 2 blocks of 72, not 128 + 16
     return -(-wanted // BLOCK_ALIGN) * BLOCK_ALIGN
 
 
@@ -63,7 +76,8 @@ class EvalSettings(eqx.Module):
             (`eqxevo.population_mesh()`); None: one device.
         batch_size: evaluate this many genomes at a time (per device) to bound
             the lifetimes' memory, rounded up to a multiple of `BLOCK_ALIGN`;
-            None: the whole population at once.
+            None: the whole population at once. On CPU at most
+            `CPU_BLOCK_MAX` genomes at a time either way (`block_width`).
         episodes: `"shared"` (every genome gets `fold_in(key, 0)`),
             `"per_genome"` (genome i gets `fold_in(key, i)`) or an integer array
             of P episode ids (genome i gets `fold_in(key, ids[i])`).
@@ -361,6 +375,7 @@ def evaluate_with(
 
 __all__ = [
     "BLOCK_ALIGN",
+    "CPU_BLOCK_MAX",
     "EPISODES",
     "AbstractPopulationFitness",
     "Episodes",

@@ -17,7 +17,7 @@ from hypothesis import example, given, settings
 
 from eqxevo import LifetimeFitness, evaluate
 from eqxevo.config import from_dict
-from eqxevo.evaluate import draws_apart
+from eqxevo.evaluate import CPU_BLOCK_MAX, block_width, draws_apart
 from eqxevo.experiment import build
 
 NETS = {
@@ -29,9 +29,9 @@ MAX_POPULATION = 64
 
 
 @functools.cache
-def workload(name: str) -> tuple[LifetimeFitness, object]:
+def workload(name: str, size: int = MAX_POPULATION) -> tuple[LifetimeFitness, object]:
     """A small milestone network, episodes ending every 10 steps (resets run),
-    and a population of 64 genomes to take prefixes of."""
+    and a population of `size` genomes to take prefixes of."""
     env, net_options = NETS[name]
     built = build(
         from_dict(
@@ -41,7 +41,7 @@ def workload(name: str) -> tuple[LifetimeFitness, object]:
                     "name": "sparse_rate",
                     "options": {"num_neurons": 16, "fan_in": 4, **net_options},
                 },
-                "strategy": {"name": "snes", "population_size": MAX_POPULATION},
+                "strategy": {"name": "snes", "population_size": size},
                 "run": {"lifetime": 25},
             }
         )
@@ -81,6 +81,17 @@ def test_shared_draws_give_the_bits_of_every_block_size(
         key, fitness_fn, population, batch_size=batch_size, episodes=episodes
     )
     assert tree_equal(got, want)
+
+
+def test_a_wide_population_keeps_the_bits_of_narrow_blocks():
+    # XLA:CPU fused an L2 block of 176 or more genomes otherwise than one of
+    # 16-160 (docs/reproducibility.md, mechanism 6): blocks hold at most
+    # CPU_BLOCK_MAX genomes, so 192 genomes evaluate as 2 blocks of 96.
+    fitness_fn, population = workload("L2", 192)
+    assert block_width(192, None) <= CPU_BLOCK_MAX
+    key = jr.key(9)
+    whole = evaluate(key, fitness_fn, population)
+    assert tree_equal(whole, evaluate(key, fitness_fn, population, batch_size=16))
 
 
 def test_a_prefix_of_the_population_keeps_its_bits():
