@@ -196,7 +196,7 @@ def test_on_a_gpu_the_program_keeps_per_genome_draws(monkeypatch):
     assert any(48 in shape for shape in _draw_shapes(jaxpr))
 
 
-@pytest.mark.parametrize("algorithm", ["SNES", "CMA_ES", "Sep_CMA_ES"])
+@pytest.mark.parametrize("algorithm", ["CMA_ES", "Sep_CMA_ES"])
 def test_evolve_with_an_episode_drawn_once_equals_the_hand_written_loop(algorithm):
     # The README's ask/evaluate/tell loop, chunk sizes and seeds, on the fast
     # path: an L2 network (transcendentals, reductions, resets every 10 steps).
