@@ -17,7 +17,7 @@ from eqxevo.nets import (
     three_factor_update,
     update_trace,
 )
-from eqxevo.nets.plasticity import random_bits, reward_modulation
+from eqxevo.nets.plasticity import KEEP_ROUNDING_FLAG, random_bits, reward_modulation
 
 E = 64
 rngs = st.integers(0, 2**16).map(lambda s: np.random.default_rng(s))
@@ -255,3 +255,18 @@ def test_a_constant_reward_does_not_drive_plastic_weights_to_their_bound():
     assert _fraction_at_bound(HebbianRule(learning_rate=0.01), 0.5) == 0.0
     # and a penalty of -100 (an L4 death) is felt as -1, not as -100
     assert _fraction_at_bound(HebbianRule(learning_rate=0.01), -100.0) == 0.0
+
+
+def test_a_gpu_that_folds_the_rounding_away_is_named(monkeypatch):
+    # XLA:GPU folds float32 -> 16-bit -> float32 unless told not to, which made
+    # stochastic rounding round to nearest on an H200 (docs/networks.md).
+    values, bits = jnp.full((4,), 1.001, jnp.float32), jnp.arange(4, dtype=jnp.uint32)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    with pytest.warns(RuntimeWarning, match="xla_allow_excess_precision=false"):
+        stochastic_round(values, jnp.bfloat16, bits)
+    monkeypatch.setenv("XLA_FLAGS", KEEP_ROUNDING_FLAG)
+    stochastic_round(values, jnp.bfloat16, bits)  # no warning: they are errors here
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    monkeypatch.delenv("XLA_FLAGS")
+    stochastic_round(values, jnp.bfloat16, bits)

@@ -5,9 +5,12 @@ See docs/networks.md ("Plasticity") for the rules, reward modulation and 16-bit 
 
 import abc
 import math
+import os
+import warnings
 from typing import Any, Literal
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.typing import DTypeLike
@@ -100,6 +103,27 @@ def round_between(
     return jnp.where(uniform < probability, neighbour, nearest)
 
 
+KEEP_ROUNDING_FLAG = "--xla_allow_excess_precision=false"
+"""The XLA flag under which XLA:GPU keeps a float32 -> 16-bit -> float32 round
+trip. By default it folds the round trip away, so `stochastic_round` rounds to
+nearest there (measured on an NVIDIA H200, jax 0.11.2: no value of 2**20 moved
+off nearest; 25% with the flag, as on CPU)."""
+
+
+def warn_if_rounding_is_folded() -> None:
+    """Warn when `stochastic_round` runs on a GPU whose XLA folds its round trip."""
+    if jax.default_backend() == "gpu" and KEEP_ROUNDING_FLAG not in os.environ.get(
+        "XLA_FLAGS", ""
+    ):
+        warnings.warn(
+            "16-bit traces round to nearest on this GPU, not stochastically: XLA "
+            f"folds the rounding away; set XLA_FLAGS={KEEP_ROUNDING_FLAG} before "
+            "JAX starts (docs/networks.md, 16-bit traces)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
 def stochastic_round(
     value: Float[Array, "*#shape"], dtype: DTypeLike, bits: UInt32[Array, "*#shape"]
 ) -> Array:
@@ -112,6 +136,7 @@ def stochastic_round(
     dtype = jnp.dtype(dtype)
     if dtype == jnp.float32:
         return value.astype(jnp.float32)
+    warn_if_rounding_is_folded()
     nearest = value.astype(dtype)
     residual = value - nearest.astype(jnp.float32)
     # the other candidate: the next representable value on the residual's side
@@ -419,6 +444,7 @@ def reward_modulation(
 
 
 __all__ = [
+    "KEEP_ROUNDING_FLAG",
     "TRACE_DTYPES",
     "AbstractRule",
     "HebbianRule",
@@ -435,4 +461,5 @@ __all__ = [
     "stochastic_round",
     "three_factor_update",
     "update_trace",
+    "warn_if_rounding_is_folded",
 ]
