@@ -243,11 +243,11 @@ def evaluate_genomes(
         key, static_arrays, fn_arrays = shared
         static = eqx.combine(static_arrays, static_other)
         fn = eqx.combine(fn_arrays, fn_other)
-        episode_key = jr.fold_in(key, 0)
+        shared_key = jr.fold_in(key, 0) if draw_once else None
 
         def one(genome_evolvable: Any, episode: Array) -> tuple[Array, Any]:
             genome = eqx.combine(genome_evolvable, static)
-            key_j = episode_key if draw_once else jr.fold_in(key, episode)
+            key_j = jr.fold_in(key, episode) if shared_key is None else shared_key
             return _split_output(fn(genome, key_j))
 
         return _vmap_in_blocks(one, (genomes, genome_ids), settings.batch_size)

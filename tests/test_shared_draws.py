@@ -4,6 +4,8 @@ draws run as computations of their own, and the bits stay those of every block
 size (docs/reproducibility.md, fix 5)."""
 
 import functools
+from collections.abc import Iterator
+from typing import Any
 
 import equinox as eqx
 import hypothesis.strategies as st
@@ -105,18 +107,24 @@ def test_a_prefix_of_the_population_keeps_its_bits():
             assert tree_equal(part, prefix)
 
 
-def _draw_shapes(jaxpr: jax.extend.core.Jaxpr) -> list[tuple[int, ...]]:
-    """The key shapes of every random draw in `jaxpr`, nested ones included."""
-    shapes = []
+def _equations(jaxpr: jax.extend.core.Jaxpr) -> Iterator[Any]:
+    """Every equation of `jaxpr`, those of nested jaxprs (scan, cond, ...) too."""
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name in ("random_bits", "threefry2x32"):
-            shapes.append(tuple(eqn.invars[0].aval.shape))
+        yield eqn
         for value in eqn.params.values():
             for sub in value if isinstance(value, tuple | list) else (value,):
                 inner = getattr(sub, "jaxpr", sub)
                 if isinstance(inner, jax.extend.core.Jaxpr):
-                    shapes += _draw_shapes(inner)
-    return shapes
+                    yield from _equations(inner)
+
+
+def _draw_shapes(jaxpr: jax.extend.core.Jaxpr) -> list[tuple[int, ...]]:
+    """The key shapes of every random draw in `jaxpr`, nested ones included."""
+    return [
+        tuple(eqn.invars[0].aval.shape)
+        for eqn in _equations(jaxpr)
+        if eqn.primitive.name in ("random_bits", "threefry2x32")
+    ]
 
 
 @pytest.mark.parametrize("episodes", ["shared", "per_genome"])
@@ -161,15 +169,7 @@ def test_an_environment_that_draws_inside_its_step_keeps_the_genome_keys():
 
 
 def _primitives(jaxpr: jax.extend.core.Jaxpr) -> set[str]:
-    names = set()
-    for eqn in jaxpr.eqns:
-        names.add(eqn.primitive.name)
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, tuple | list) else (value,):
-                inner = getattr(sub, "jaxpr", sub)
-                if isinstance(inner, jax.extend.core.Jaxpr):
-                    names |= _primitives(inner)
-    return names
+    return {eqn.primitive.name for eqn in _equations(jaxpr)}
 
 
 def test_on_a_gpu_the_program_keeps_per_genome_draws(monkeypatch):
