@@ -387,7 +387,10 @@ def eval_command(
 ) -> None:
     """Score a run's saved genome on held-out lifetimes.
 
-    Prints the mean fitness with its 95% CI. The lifetimes come from a key
+    Prints the mean fitness with its 95% CI, then the environment's reference
+    agents on the same lifetimes and the normalised score (0: the best
+    reference without memory, 1: the best learner or oracle), with a warning
+    when the genome is below the best without memory. The lifetimes come from a key
     stream selection never uses: by default the run's own held-out stream, so
     the result equals the run's final held-out record in summary.json (runs of
     a study included); episode e is the same lifetime for every --episodes N > e.
@@ -420,6 +423,7 @@ def eval_command(
             "ci_low": result.ci_low,
             "ci_high": result.ci_high,
             "std": result.std,
+            **evaluation.reference_fields(),
         }
         click.echo(json.dumps(fields, indent=2))
     else:
@@ -428,6 +432,8 @@ def eval_command(
             f"held-out fitness over {result.num_episodes} lifetimes: {result.mean!r} "
             f"± {half:.4g} (95% CI [{result.ci_low:.6g}, {result.ci_high:.6g}])"
         )
+        for line in evaluation.reference_lines():
+            click.echo(line)
     if render:
         import jax.random as jr
 

@@ -131,6 +131,12 @@ class StrategyConfig:
     init_scale: float = _spec(
         0.1, above=0.0, help="spread of population-based algorithms' first population"
     )
+    leaf_scales: Mapping[str, Any] = _spec(
+        factory=dict,
+        help='per-leaf search scales: { "rule.learning_rate" = 0.01 } searches that '
+        "leaf (or every leaf under a prefix) in units of 0.01, so its step is "
+        "std_init x 0.01; keys are leaf paths (an unknown one lists them)",
+    )
     params: Mapping[str, Any] = _spec(
         factory=dict,
         help="evosax Params overrides (std_init = 0.05, ...); the run's config.toml "
@@ -150,6 +156,13 @@ class RunConfig:
 
     generations: int = _spec(200, min=1, help="generations to run")
     lifetime: int = _spec(1000, min=1, help="environment steps per lifetime (T)")
+    lifetimes_per_fitness: int = _spec(
+        1,
+        min=1,
+        help="lifetimes each genome lives per generation (E); its fitness is their "
+        "mean, lifetime j on key split(key, E)[j] (with shared episodes, the same E "
+        "for every genome); held-out evaluation stays one lifetime per episode",
+    )
     reset_on_done: bool = _spec(
         True,
         help="start a new episode when one ends (false: one episode per lifetime, "

@@ -1,8 +1,10 @@
-"""Fitness values: their dtype, non-finite ranking, and per-generation summaries.
+"""Fitness values: their dtype, non-finite ranking, per-generation summaries, and
+the watch for fitness without spread.
 
 See docs/internals.md ("Fitness values") for why non-finite values never reach evosax.
 """
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jax.numpy as jnp
@@ -87,4 +89,56 @@ def best_index(fitness: Float[Array, " pop"], maximize: bool) -> Int[Array, ""]:
     return jnp.argmin(jnp.where(jnp.isfinite(fitness), fitness, jnp.inf))
 
 
-__all__ = ["best_index", "fitness_dtype", "fitness_summary", "rank_nonfinite_worst"]
+NO_SPREAD_GENERATIONS = 5
+"""Generations in a row of fitness without spread (every genome of a generation
+scored the same) after which a run says so: selection has nothing to rank. One
+or two such generations happen (a plateau everyone reaches); five do not."""
+
+
+class SpreadWatch:
+    """Watches a run's records for fitness without spread (`min == max` over the
+    population) for `generations` generations in a row, per seed, and says so
+    once (`notice`). It reads the summaries the host receives anyway.
+
+    Arguments:
+        generations: how many generations in a row (default
+            `NO_SPREAD_GENERATIONS`).
+    """
+
+    def __init__(self, generations: int = NO_SPREAD_GENERATIONS):
+        self.generations = generations
+        self.flat: dict[int, int] = {}
+        self.said = False
+
+    def notice(self, records: Iterable[Mapping[str, Any]]) -> str | None:
+        """The notice, the first time a seed's fitness has had no spread for
+        `generations` generations in a row in the records seen so far; else None."""
+        found = None
+        for r in sorted(records, key=lambda r: (r["generation"], r.get("seed", 0))):
+            seed = r.get("seed", 0)
+            low, high = r.get("min"), r.get("max")
+            flat = low is not None and low == high
+            self.flat[seed] = self.flat.get(seed, 0) + 1 if flat else 0
+            if self.flat[seed] >= self.generations and not self.said and found is None:
+                first = r["generation"] - self.generations + 1
+                found = (
+                    f"warning: no fitness spread for {self.generations} generations "
+                    f"in a row ({first}-{r['generation']}"
+                    + (f", seed {seed}" if "seed" in r else "")
+                    + f"): every genome scored {low!r}, so selection has nothing "
+                    "to rank (a reward no policy changes? a fitness that ignores "
+                    "the genome? genomes too alike: strategy.init_scale?)"
+                )
+        if found is not None:
+            self.said = True
+        return found
+
+
+__all__ = [
+    "NO_SPREAD_GENERATIONS",
+    "SpreadWatch",
+    "best_index",
+    "fitness_dtype",
+    "fitness_summary",
+    "rank_nonfinite_worst",
+]

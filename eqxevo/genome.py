@@ -1,9 +1,10 @@
 """Genomes: a module split into evolvable and shared parts; flat vectors <-> modules.
 
-See docs/internals.md ("Genomes").
+See docs/internals.md ("Genomes", "Per-leaf search scales").
 """
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import equinox as eqx
@@ -12,7 +13,8 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from ._types import Array, FlatGenome, FlatPopulation, Genome, Population
+from ._checks import did_you_mean, positive_number
+from ._types import Array, FlatGenome, FlatPopulation, Float, Genome, Population
 
 
 def _describe(leaf: Any) -> str:
@@ -21,10 +23,88 @@ def _describe(leaf: Any) -> str:
     return type(leaf).__name__
 
 
+def leaf_path(path: tuple[Any, ...]) -> str:
+    """A leaf's dotted path (`rule.learning_rate`, `weights.0`): attribute
+    names, dict keys and sequence indices of a `jax.tree_util` key path."""
+    parts = []
+    for entry in path:
+        for attr in ("name", "key", "idx"):  # GetAttrKey, DictKey, SequenceKey
+            if hasattr(entry, attr):
+                parts.append(str(getattr(entry, attr)))
+                break
+        else:
+            parts.append(str(entry))
+    return ".".join(parts)
+
+
+def dotted_table(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested tables as one level of dotted keys: `{"rule": {"learning_rate":
+    0.01}}` and `{"rule.learning_rate": 0.01}` both give the latter."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if not isinstance(key, str):
+            raise TypeError(f"leaf_scales: keys are leaf paths (str); got {key!r}")
+        if isinstance(value, Mapping):
+            out.update(dotted_table(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _covers(key: str, path: str) -> bool:
+    return path == key or path.startswith(key + ".")
+
+
+def leaf_scale_vector(
+    paths: list[str],
+    sizes: list[int],
+    dtype: Any,
+    leaf_scales: Mapping[str, Any] | None,
+) -> Float[Array, " D"] | None:
+    """The flat vector of per-leaf search scales (1 where no key covers a
+    leaf; the longest key covering it otherwise); None for no scales.
+
+    Raises:
+        ValueError: a key covers no evolvable leaf, or a scale is not a finite
+            number > 0.
+        TypeError: `leaf_scales` is not a mapping of leaf paths to numbers.
+    """
+    if leaf_scales is None:
+        return None
+    if not isinstance(leaf_scales, Mapping):
+        raise TypeError(
+            "leaf_scales: expected a mapping of leaf paths to scales, e.g. "
+            f'{{"rule.learning_rate": 0.01}}; got {type(leaf_scales).__name__}'
+        )
+    table = dotted_table(leaf_scales)
+    if not table:
+        return None
+    for key, value in table.items():
+        positive_number(f"leaf_scales[{key!r}]", value)
+        if not any(_covers(key, path) for path in paths):
+            raise ValueError(
+                f"leaf_scales: {key!r} is neither an evolvable leaf of the genome "
+                f"nor a prefix of one{did_you_mean(key, paths, quote=True)}; its "
+                f"evolvable leaves: {', '.join(paths)}"
+            )
+    values = []
+    for path, size in zip(paths, sizes, strict=True):
+        keys = [k for k in table if _covers(k, path)]
+        scale = float(table[max(keys, key=len)]) if keys else 1.0
+        values.append(np.full((size,), scale, np.dtype(dtype)))
+    return jnp.asarray(np.concatenate(values))
+
+
 class GenomeLayout(eqx.Module):
     """Where each evolvable leaf of a genome lives in the flat parameter vector.
 
     Build with `GenomeLayout.from_genome(genome, filter_spec)`.
+
+    With `scales` (`leaf_scales` of `from_genome`), the flat vector is the
+    genome's search coordinates: each evolvable value divided by its leaf's
+    scale (`flatten`), and multiplied back (`unflatten`). A search that steps
+    every coordinate alike then steps each leaf by its own scale. Without,
+    the flat vector is the values themselves (no arithmetic at all).
 
     Attributes:
         static: the genome with every evolvable leaf replaced by `None`; shared by
@@ -34,6 +114,7 @@ class GenomeLayout(eqx.Module):
         num_params: length D of the flat vector.
         dtype: dtype of the flat vector: the leaves' dtype, or float32 (float64)
             when they differ.
+        scales: the per-coordinate scale `(D,)`, or None (the default: none).
     """
 
     static: Any
@@ -43,16 +124,31 @@ class GenomeLayout(eqx.Module):
     dtypes: tuple[Any, ...] = eqx.field(static=True)
     num_params: int = eqx.field(static=True)
     dtype: Any = eqx.field(static=True)
+    scales: Float[Array, " D"] | None = None
 
     @classmethod
     def from_genome(
-        cls, genome: Genome, filter_spec: Any = eqx.is_inexact_array
+        cls,
+        genome: Genome,
+        filter_spec: Any = eqx.is_inexact_array,
+        leaf_scales: Mapping[str, Any] | None = None,
     ) -> "GenomeLayout":
         """Record the evolvable layout of `genome`.
 
+        Arguments:
+            genome: any Equinox module (or pytree).
+            filter_spec: selects the evolvable leaves.
+            leaf_scales: per-leaf search scales, keyed by a leaf's dotted path
+                (`leaf_path`: `"rule.learning_rate"`, `"weights.0"`) or a prefix
+                of paths (`"rule"`: every leaf under it); the longest key
+                covering a leaf wins, leaves no key covers get 1. Nested tables
+                are read as dotted keys. None or empty: no scales.
+
         Raises:
-            ValueError: no leaf of `genome` is selected by `filter_spec`, or a
-                selected leaf is not a floating-point array.
+            ValueError: no leaf of `genome` is selected by `filter_spec`, a
+                selected leaf is not a floating-point array, or a
+                `leaf_scales` key covers no evolvable leaf or its scale is not
+                a finite number > 0.
         """
         # Only the evolvable half is kept as shapes and dtypes; the static half
         # (topology, functions, configuration) is kept as it is.
@@ -88,14 +184,17 @@ class GenomeLayout(eqx.Module):
             dtype = jnp.dtype(jnp.float64)
         else:
             dtype = jnp.dtype(jnp.float32)
+        paths = [leaf_path(path) for path, _ in leaves_with_path]
+        sizes = [math.prod(s) for s in shapes]
         return cls(
             static=static,
             filter_spec=filter_spec,
             treedef=treedef,
             shapes=shapes,
             dtypes=dtypes,
-            num_params=sum(math.prod(s) for s in shapes),
+            num_params=sum(sizes),
             dtype=dtype,
+            scales=leaf_scale_vector(paths, sizes, dtype, leaf_scales),
         )
 
     # -- single genomes ---------------------------------------------------------
@@ -103,7 +202,8 @@ class GenomeLayout(eqx.Module):
     def flatten(self, genome: Genome) -> FlatGenome:
         """The evolvable leaves of one genome as a flat vector of length D."""
         leaves = self._evolvable_leaves(genome, batch_ndim=0)
-        return jnp.concatenate([jnp.ravel(x).astype(self.dtype) for x in leaves])
+        flat = jnp.concatenate([jnp.ravel(x).astype(self.dtype) for x in leaves])
+        return flat if self.scales is None else flat / self.scales
 
     def unflatten(self, flat: FlatGenome) -> Genome:
         """One genome from a flat vector of length D (static parts shared)."""
@@ -135,9 +235,10 @@ class GenomeLayout(eqx.Module):
                 f"population_size={population_size}; tell() needs the population "
                 "that ask() returned (same size, same order)."
             )
-        return jnp.concatenate(
+        flat = jnp.concatenate(
             [jnp.reshape(x, (size, -1)).astype(self.dtype) for x in leaves], axis=1
         )
+        return flat if self.scales is None else flat / self.scales
 
     def unflatten_population(self, flat: FlatPopulation) -> Population:
         """A population module from a `[P, D]` array; static parts are not copied."""
@@ -148,6 +249,8 @@ class GenomeLayout(eqx.Module):
     def _build(self, flat: Array, batch_shape: tuple[int, ...]) -> Any:
         # Leaves are consecutive slices of the flat vector, in tree order; any
         # leading batch axes (the population) pass through every slice.
+        if self.scales is not None:
+            flat = flat * self.scales
         leaves = []
         offset = 0
         for shape, dtype in zip(self.shapes, self.dtypes, strict=True):

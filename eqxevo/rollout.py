@@ -12,7 +12,7 @@ import jax.random as jr
 import jax.tree_util as jtu
 
 from ._checks import positive_int
-from ._types import Array, Bool, Float, PRNGKey, Scalar
+from ._types import Array, Bool, Float, PRNGKey, PRNGKeys, Scalar
 from .envs.base import AbstractEnv, EnvParams, EnvState, noise_apart
 from .nets.base import AbstractPolicy
 from .staging import draws_apart_pay, stage, true_at_run_time
@@ -292,8 +292,20 @@ def rollout(
     return summary["total_reward"], summary
 
 
+def lifetime_keys(key: PRNGKey, lifetimes: int) -> PRNGKey | PRNGKeys:
+    """The keys of a fitness's `lifetimes` lifetimes: `key` itself for one,
+    `jr.split(key, lifetimes)` (lifetime j gets entry j) for more.
+
+    Returns:
+        one key for `lifetimes == 1`, else a `(lifetimes,)` array of keys.
+    """
+    lifetimes = positive_int("lifetimes", lifetimes)
+    return key if lifetimes == 1 else jr.split(key, lifetimes)
+
+
 class LifetimeFitness(eqx.Module):
-    """`fitness(genome, key)`: one `rollout` lifetime of the genome in `env`.
+    """`fitness(genome, key)`: the genome's mean fitness over `lifetimes`
+    `rollout` lifetimes in `env`.
 
     The fitness function to hand `evolve` or `evaluate` for a lifetime. A module
     rather than a closure, so the environment's params are traced arrays (not
@@ -302,15 +314,40 @@ class LifetimeFitness(eqx.Module):
     (`sample_noise`, as eqxevo's arena environments do), a generation's shared
     episode is drawn once for the whole population (`draws_apart`).
 
+    Several lifetimes per fitness (E = `lifetimes` > 1, `run.lifetimes_per_fitness`
+    in a config) average out a noisy task's luck: lifetime j gets
+    `jr.split(key, E)[j]` (`lifetime_keys`), so with shared episodes every
+    genome of a generation lives the same E lifetimes. They run one after
+    another (`lax.scan`): memory stays that of one lifetime per genome, each
+    lifetime's draws stay computations of their own (a `vmap` over them would
+    turn the staged draws' conditionals into selects), and evaluation blocks
+    keep their width, so the bits do not depend on `batch_size` or devices
+    (docs/reproducibility.md). The fitness is `jnp.mean` of the E fitnesses,
+    and every summary entry the mean of its E values (float32; the counts
+    `num_episodes`, `steps_alive` and `steps` too). With E = 1 (the default)
+    the key is the lifetime's key and the program is one `rollout`.
+
+    Arguments:
+        env: any `AbstractEnv`.
+        env_params: its params.
+        num_steps: lifetime length T (static).
+        reset_on_done: as `rollout`'s.
+        lifetimes: E, lifetimes averaged per call (static int >= 1).
+
     Example:
         >>> fitness_fn = LifetimeFitness(env, env.default_params(), 1000)
         >>> fitness, summary = fitness_fn(policy, key)
+        >>> noisy_task = LifetimeFitness(env, env.default_params(), 100, lifetimes=16)
     """
 
     env: AbstractEnv
     env_params: Any
     num_steps: int = eqx.field(static=True)
     reset_on_done: bool = eqx.field(static=True, default=True)
+    lifetimes: int = eqx.field(static=True, default=1)
+
+    def __check_init__(self) -> None:
+        positive_int("lifetimes", self.lifetimes)
 
     @property
     def draws_apart(self) -> bool:
@@ -318,7 +355,7 @@ class LifetimeFitness(eqx.Module):
         the environment draws apart, on a backend where that pays."""
         return noise_apart(self.env) and draws_apart_pay()
 
-    def __call__(self, genome: AbstractPolicy, key: PRNGKey) -> tuple[Scalar, Summary]:
+    def _one(self, genome: AbstractPolicy, key: PRNGKey) -> tuple[Scalar, Summary]:
         return rollout(
             key,
             genome,
@@ -327,6 +364,19 @@ class LifetimeFitness(eqx.Module):
             self.num_steps,
             reset_on_done=self.reset_on_done,
         )
+
+    def __call__(self, genome: AbstractPolicy, key: PRNGKey) -> tuple[Scalar, Summary]:
+        keys = lifetime_keys(key, self.lifetimes)
+        if self.lifetimes == 1:
+            return self._one(genome, keys)
+
+        def body(carry: None, key: PRNGKey) -> tuple[None, tuple[Scalar, Summary]]:
+            return carry, self._one(genome, key)
+
+        # Only E scalars per entry are stacked: memory stays flat in E and T.
+        _, (fitness, summary) = jax.lax.scan(body, None, keys)
+        mean = jtu.tree_map(lambda x: jnp.mean(x.astype(jnp.float32)), summary)
+        return jnp.mean(fitness), mean
 
 
 class Trajectory(eqx.Module):
@@ -413,6 +463,7 @@ __all__ = [
     "StepRecord",
     "Summary",
     "Trajectory",
+    "lifetime_keys",
     "lifetime_step",
     "record",
     "rollout",

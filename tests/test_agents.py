@@ -106,3 +106,76 @@ def test_lifetime_learning_pays_on_long_horizon(key):
     learner = mean_fitness(TasteLearnerAgent(), env, key, 3000, 8, params)
     fixed = mean_fitness(TasteLearnerAgent(0.0, 1.0), env, key, 3000, 8, params)
     assert float(learner) > float(fixed) + 0.1 * 3000
+
+
+# -- the bandit agents against NumPy ------------------------------------------------
+
+
+def numpy_bandit_choices(raw_obs, rule, reward_prob=0.1):
+    """The arm each rule pulls after each raw observation `[reward, one-hot last
+    arm, time]`: win-stay lose-shift, or the greedy Bayesian posterior (float64)."""
+    choices, evidence, last_time = [], 0.0, np.inf
+    for reward, arm0, arm1, time in np.asarray(raw_obs, np.float64):
+        arm = 1 if arm1 > arm0 else 0
+        if rule == "wsls":
+            choices.append(arm if reward > 0.5 else 1 - arm)
+            continue
+        # H: arm 0 pays 1 - p. Its odds multiply by (1 - p) / p per vote.
+        if time <= last_time:
+            evidence = 0.0  # a reset observation: a new episode, no pull in it
+        else:
+            evidence += 1.0 if (arm == 0) == (reward > 0.5) else -1.0
+        last_time = time
+        p = reward_prob
+        posterior = 1.0 / (1.0 + ((1 - p) / p) ** -evidence)
+        mean_0 = posterior * (1 - p) + (1 - posterior) * p
+        mean_1 = posterior * p + (1 - posterior) * (1 - p)
+        choices.append(0 if mean_0 >= mean_1 else 1)
+    return np.asarray(choices)
+
+
+@pytest.fixture(scope="module")
+def bandit():
+    gymnax_env = pytest.importorskip("eqxevo.envs.gymnax")
+    return gymnax_env.GymnaxEnv
+
+
+@pytest.mark.parametrize(("rule", "normalize_obs"), [("wsls", True), ("bayes", False)])
+def test_bandit_agents_pull_the_arm_the_numpy_rule_picks(bandit, rule, normalize_obs):
+    from eqxevo.agents import GreedyBayesAgent, WinStayLoseShiftAgent
+    from eqxevo.rollout import record
+
+    env = bandit("BernoulliBandit-misc", normalize_obs=normalize_obs)
+    params = env.default_params()
+    center, scale = np.zeros(4), np.ones(4)
+    affine = {}
+    if normalize_obs:  # the agents undo the wrapper's map onto [-1, 1]
+        center, scale = np.asarray(env.obs_center), np.asarray(env.obs_scale)
+        affine = {"obs_center": env.obs_center, "obs_scale": env.obs_scale}
+    agent = (
+        WinStayLoseShiftAgent(**affine)
+        if rule == "wsls"
+        else GreedyBayesAgent(params.reward_prob, **affine)
+    )
+    # 250 pulls: two resets (100-pull episodes), so a new bandit mid-lifetime
+    trajectory = record(jr.key(3), agent, env, params, 250)
+    raw = np.asarray(trajectory.observations, np.float64) / scale + center
+    want = numpy_bandit_choices(raw, rule)
+    chosen = np.argmax(np.asarray(trajectory.actions), axis=1)
+    np.testing.assert_array_equal(chosen, want)
+    # the wrapper pulled that arm: the next observation reports it
+    pulled = np.argmax(raw[1:, 1:3], axis=1)
+    continuing = raw[1:, 3] > raw[:-1, 3]  # not the first observation of an episode
+    np.testing.assert_array_equal(pulled[continuing], want[:-1][continuing])
+    assert int(np.sum(~continuing)) == 2
+    # both rules mostly pull the better arm (p = 0.1: it pays 0.9)
+    assert float(np.mean(np.asarray(trajectory.rewards))) > 0.7
+
+
+def test_greedy_bayes_rejects_a_reward_prob_outside_the_unit_interval():
+    from eqxevo.agents import GreedyBayesAgent, WinStayLoseShiftAgent
+
+    with pytest.raises(ValueError, match=r"reward_prob must be in \(0, 1\); got 1.0"):
+        GreedyBayesAgent(1.0)
+    with pytest.raises(ValueError, match="obs_center and obs_scale must be 4"):
+        WinStayLoseShiftAgent(obs_center=(0.0, 0.0), obs_scale=(1.0, 1.0))

@@ -562,12 +562,23 @@ def test_eval_prints_what_heldout_evaluate_gives_and_the_runs_final_record(
     result = _eval(evaluated_run)
     assert result.exit_code == 0, result.output
     half = (direct.ci_high - direct.ci_low) / 2
-    assert result.stdout == (
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
         f"held-out fitness over 6 lifetimes: {direct.mean!r} ± {half:.4g} "
-        f"(95% CI [{direct.ci_low:.6g}, {direct.ci_high:.6g}])\n"
+        f"(95% CI [{direct.ci_low:.6g}, {direct.ci_high:.6g}])"
     )
+    # the environment's references on the same lifetimes, and the floor's flag
+    assert lines[1] == "reference agents on the same 6 lifetimes:"
+    assert lines[2].startswith("  random (random) ")
+    assert lines[3].startswith("  Braitenberg vehicle 2b (no_memory) ")
+    assert lines[4] == "normalised score: none (no learner or oracle reference here)"
     data = json.loads(_eval(evaluated_run, "--json").stdout)
     assert data["mean"] == direct.mean and data["ci_low"] == direct.ci_low
+    floor = max(r["mean"] for r in data["references"])
+    assert [r["kind"] for r in data["references"]] == ["random", "no_memory"]
+    assert data["below_no_memory"] == (direct.mean < floor)
+    flag = "warning: the genome scores below the best reference without memory ("
+    assert (flag in result.stdout) == data["below_no_memory"]
     summary = json.loads((evaluated_run / "summary.json").read_text())
     for genome in ("best", "mean"):
         data = json.loads(_eval(evaluated_run, "--genome", genome, "--json").stdout)

@@ -4,20 +4,23 @@ import pytest
 from scipy import stats
 from study_fixtures import finished_study  # noqa: F401
 
+from eqxevo.experiment import build
+from eqxevo.heldout import heldout_keys
+from eqxevo.references import references, score_references
 from eqxevo.study import load, plots
 from eqxevo.study.report import (
-    CONFIDENCE,
     METRICS,
-    RESAMPLES,
-    SEED,
     cells_table,
     comparisons_table,
     curve_band,
     curves,
+    preregistered_table,
     summary_table,
     write_report,
 )
 from eqxevo.study.spec import from_dict
+from eqxevo.study import stats as study_stats
+from eqxevo.study.stats import CONFIDENCE, SEED
 
 # Fixed data: two arms x two noise levels, 5 seeds each.
 RNG = np.random.default_rng(42)
@@ -46,13 +49,39 @@ CELLS = pd.DataFrame(
 )
 
 
-SCIPY = {"confidence_level": CONFIDENCE, "n_resamples": RESAMPLES}
+RESAMPLES = 999
+
+
+@pytest.fixture(autouse=True)
+def fewer_resamples(monkeypatch):
+    # rliable's resampling loop is Python: the default 9,999 resamples would
+    # make these tests minutes long, and the figures are checked at any count
+    monkeypatch.setattr(study_stats, "RESAMPLES", RESAMPLES)
 
 
 def _scipy_ci(*samples, statistic):
     rng = np.random.default_rng(SEED)
-    ci = stats.bootstrap(samples, statistic, method="percentile", rng=rng, **SCIPY)
+    ci = stats.bootstrap(
+        samples,
+        statistic,
+        method="percentile",
+        rng=rng,
+        confidence_level=CONFIDENCE,
+        n_resamples=RESAMPLES,
+    )
     return ci.confidence_interval
+
+
+def _rliable_ci(scores, statistic):
+    """rliable's stratified-bootstrap interval, called directly (rliable 1.2
+    resamples from NumPy's global generator)."""
+    from rliable import library
+
+    np.random.seed(SEED)
+    _, ci = library.get_interval_estimates(
+        {"x": scores}, statistic, reps=RESAMPLES, confidence_interval_size=CONFIDENCE
+    )
+    return np.ravel(ci["x"])
 
 
 def test_summary_statistics_match_numpy_and_scipy_on_fixed_data():
@@ -68,14 +97,14 @@ def test_summary_statistics_match_numpy_and_scipy_on_fixed_data():
             ci = _scipy_ci(x, statistic=np.mean)
             assert row[f"{metric}_ci_low"] == pytest.approx(ci.low, rel=1e-12)
             assert row[f"{metric}_ci_high"] == pytest.approx(ci.high, rel=1e-12)
-            # IQM: scipy's 25%-trimmed mean, and its bootstrap CI
+            # IQM: scipy's 25%-trimmed mean, and rliable's stratified-bootstrap CI
             iqm = stats.trim_mean(x, 0.25)
             assert row[f"{metric}_iqm"] == pytest.approx(iqm, rel=1e-12)
-            ci = _scipy_ci(
-                x, statistic=lambda v, axis: stats.trim_mean(v, 0.25, axis=axis)
+            low, high = _rliable_ci(
+                x[:, None], lambda v: np.array([stats.trim_mean(v, 0.25, axis=None)])
             )
-            assert row[f"{metric}_iqm_ci_low"] == pytest.approx(ci.low, rel=1e-12)
-            assert row[f"{metric}_iqm_ci_high"] == pytest.approx(ci.high, rel=1e-12)
+            assert row[f"{metric}_iqm_ci_low"] == pytest.approx(low, rel=1e-12)
+            assert row[f"{metric}_iqm_ci_high"] == pytest.approx(high, rel=1e-12)
 
 
 def test_comparisons_pair_cells_differing_in_one_factor_and_match_scipy():
@@ -97,19 +126,40 @@ def test_comparisons_pair_cells_differing_in_one_factor_and_match_scipy():
         assert row["p_value"] == pytest.approx(test.pvalue, rel=1e-12)
         greater = stats.mannwhitneyu(xa, xb, alternative="greater").statistic
         assert row["prob_improvement"] == pytest.approx(greater / 25, rel=1e-12)
-        ci = _scipy_ci(
-            xa,
-            xb,
-            statistic=lambda x, y, axis: (
-                stats.mannwhitneyu(x, y, axis=axis).statistic / 25
-            ),
+        low, high = _rliable_ci(
+            (xa[:, None], xb[:, None]),
+            lambda x, y: stats.mannwhitneyu(x, y, axis=None).statistic / 25,
         )
-        assert row["prob_improvement_ci_low"] == pytest.approx(ci.low, rel=1e-12)
-        assert row["prob_improvement_ci_high"] == pytest.approx(ci.high, rel=1e-12)
+        assert row["prob_improvement_ci_low"] == pytest.approx(low, rel=1e-12)
+        assert row["prob_improvement_ci_high"] == pytest.approx(high, rel=1e-12)
     for metric in METRICS:
         rows = table[table["metric"] == metric]
         adjusted = stats.false_discovery_control(rows["p_value"], method="bh")
         np.testing.assert_allclose(rows["p_adjusted"], adjusted, rtol=1e-12)
+
+
+def test_preregistered_comparisons_run_at_every_axis_value_holm_corrected():
+    study = from_dict(
+        {
+            "study": STUDY.data["study"]
+            | {"compare": [{"a": "ablated", "b": "base", "alternative": "less"}]}
+        }
+    )
+    table = preregistered_table(CELLS, study).set_index("context")
+    # one test per noise level, in one Holm family
+    assert list(table.index) == [
+        "env.params.sensor_noise=0.05",
+        "env.params.sensor_noise=0.3",
+    ]
+    for context, row in table.iterrows():
+        a = CELLS.loc[CELLS["cell"] == row["a"], "heldout_mean"].to_numpy()
+        b = CELLS.loc[CELLS["cell"] == row["b"], "heldout_mean"].to_numpy()
+        assert row["a"].startswith("ablated,") and row["a"].endswith(str(context))
+        welch = stats.ttest_ind(a, b, equal_var=False, alternative="less")
+        assert row["welch_p"] == pytest.approx(welch.pvalue, rel=1e-12)
+    p = table["welch_p"].to_numpy()
+    holm = np.minimum(1.0, np.maximum.accumulate(np.sort(p) * [2, 1]))
+    np.testing.assert_allclose(np.sort(table["welch_p_holm"]), holm)
 
 
 def test_curve_band_is_the_mean_and_a_bootstrap_ci_per_generation():
@@ -149,6 +199,45 @@ def test_the_report_writes_tables_figures_and_markdown(finished_study, tmp_path)
         assert f"({name}.png)" in text and (tmp_path / f"{name}.png").exists()
     assert cells_table(finished_study.out, study).shape[0] == 8
 
+    # 2 seeds a cell: no interval anywhere, "n too small" in its place
+    assert bool(summary["heldout_mean_ci_low"].isna().all())
+    assert bool(summary["heldout_mean_iqm_ci_high"].isna().all())
+    comparisons = pd.read_csv(tmp_path / "comparisons.csv")
+    assert bool(comparisons["difference_ci_low"].isna().all())
+    assert bool(comparisons["prob_improvement_ci_low"].isna().all())
+    assert bool(comparisons["p_value"].notna().all())  # exact tests still apply
+    held_out = text.split("**Held-out final fitness**", 1)[1].split("**Training")[0]
+    rows = [
+        x
+        for x in held_out.splitlines()
+        if x.startswith("| base") or x.startswith("| wide")
+    ]
+    assert len(rows) == 4 and all(r.count("[n too small]") == 2 for r in rows)
+    assert "Intervals need 5 runs or more" in text
+
+    # the references, on the lifetimes each run held out
+    refs = pd.read_csv(tmp_path / "references.csv")
+    assert set(refs["reference"]) == {"random", "Braitenberg vehicle 2b"}
+    assert len(refs) == 2 * 2 * 2  # noise levels (variants) x seeds x references
+    run = study.runs[0]
+    built = build(run.experiment)
+    direct = score_references(
+        heldout_keys(built.key)[0],
+        built.heldout_fitness,
+        references(built.env, built.env_params),
+        32,
+    )
+    ours = refs["cells"].str.split("; ").apply(lambda cells: run.cell.name in cells)
+    mine = refs[(refs["seed"] == run.seed) & ours]
+    assert list(mine["mean"]) == pytest.approx([d.result.mean for d in direct])
+    assert {"no_memory_reference", "learner_reference", "normalised"} <= set(cells)
+    assert np.all(np.isfinite(cells["no_memory_reference"].to_numpy()))
+    assert bool(cells["normalised"].isna().all())  # L0 has no learner or oracle
+    assert "## References" in text and "| Braitenberg vehicle 2b | no_memory |" in text
+    flagged = summary[summary["below_no_memory"]]["cell"]
+    for cell in flagged:
+        assert f"**Below the best reference without memory:** `{cell}`" in text
+
 
 def test_figures_are_labelled_for_a_paper(finished_study):  # noqa: F811
     study = load(finished_study.file)
@@ -159,8 +248,16 @@ def test_figures_are_labelled_for_a_paper(finished_study):  # noqa: F811
     assert ax.get_ylabel() == "population mean fitness"
     assert ax.get_title() == "Population mean fitness per generation"
     legend = ax.get_legend()
-    assert legend.get_title().get_text() == "mean ± 95% CI over 2 seeds"
+    # 2 seeds cannot support a CI: no band, and the legend says so
+    assert legend.get_title().get_text() == "mean over 2 seeds (n too small for a CI)"
     assert [t.get_text() for t in legend.get_texts()] == [c.name for c in study.cells]
+    assert len(ax.collections) == 0
+    five = {
+        k: curve_band(np.tile(v, (3, 1))[:5])
+        for k, v in curves(finished_study.out, study).items()
+    }
+    (ax,) = plots.learning_curves(five, 5).axes
+    assert ax.get_legend().get_title().get_text() == "mean ± 95% CI over 5 seeds"
     assert len(ax.collections) == 4  # one CI band per cell
 
     cells = cells_table(finished_study.out, study)
@@ -170,6 +267,11 @@ def test_figures_are_labelled_for_a_paper(finished_study):  # noqa: F811
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == [c.name for c in study.cells]
     assert {t.get_text() for t in ax.get_legend().get_texts()} == {
+        "one run",
+        "mean (n too small for a CI)",
+    }
+    fig = plots.final_fitness(CELLS, summary_table(CELLS), list(METRICS.items()))
+    assert {t.get_text() for t in fig.axes[0].get_legend().get_texts()} == {
         "one run",
         "mean, 95% bootstrap CI",
     }
@@ -185,6 +287,39 @@ def test_figures_are_labelled_for_a_paper(finished_study):  # noqa: F811
     for line in ax.get_lines():  # a survival function: from 1 down to 0
         y = line.get_ydata()
         assert y[0] == 1.0 and y[-1] == 0.0 and np.all(np.diff(y) <= 0)
+
+
+def test_a_cell_below_the_no_memory_reference_is_flagged():
+    from eqxevo.study.references import reference_lines
+
+    cells = CELLS.copy()
+    means = cells.groupby("cell")["heldout_mean"].mean()
+    last = STUDY.cells[-1].name
+    # every cell 1 above its floor, but the last one 1 below it
+    floor = {c: m - 1.0 if c != last else m + 1.0 for c, m in means.items()}
+    cells["no_memory_reference"] = [floor[c] for c in cells["cell"]]
+    cells["learner_reference"] = cells["no_memory_reference"] + 4.0
+    cells["normalised"] = (cells["heldout_mean"] - cells["no_memory_reference"]) / 4
+    summary = summary_table(cells).set_index("cell")
+    assert list(summary.index[summary["below_no_memory"]]) == [last]
+    for cell, group in cells.groupby("cell"):
+        want = group["normalised"].mean()
+        assert summary.loc[cell, "normalised_mean"] == pytest.approx(want)
+    refs = pd.DataFrame(
+        [
+            {"variant": 0, "cells": "; ".join(means.index), "seed": s}
+            | {"reference": name, "kind": kind, "mean": m}
+            for s in range(5)
+            for name, kind, m in (
+                ("reflex", "no_memory", 1.0),
+                ("learner", "learner", 5.0),
+            )
+        ]
+    )
+    text = "\n".join(reference_lines(refs, summary.reset_index()))
+    assert "| reflex | no_memory | 1 | 5 |" in text
+    assert text.count("**Below the best reference without memory:**") == 1
+    assert f"`{last}` (held-out {summary.loc[last, 'heldout_mean_mean']:.4g}" in text
 
 
 def test_heldout_columns_take_the_best_genome_where_there_is_no_mean():

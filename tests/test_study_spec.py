@@ -144,6 +144,27 @@ def _study(**table):
             "sets 'run.lifetime', which is also an axis",
         ),
         (_study(slurm={"gpus": 1}), "unknown key study.slurm.gpus"),
+        (_study(compare={"a": "base"}), r"study.compare must be an array of tables"),
+        (
+            _study(compare=[{"a": "bsae", "b": "base"}]),
+            r"study.compare\[0\].a = 'bsae' is not an arm \(did you mean 'base'\?\); "
+            r"the arms: 'base'",
+        ),
+        (
+            _study(compare=[{"a": "base", "b": "base"}]),
+            r"study.compare\[0\] compares arm 'base' with itself",
+        ),
+        (
+            _study(
+                arms=[{"name": "x", "run.lifetime": 5}],
+                compare=[{"a": "x", "b": "base", "alternative": "bigger"}],
+            ),
+            r"study.compare\[0\].alternative = 'bigger'; it must be one of",
+        ),
+        (
+            _study(compare=[{"a": "base", "b": "x", "by": "t"}]),
+            r"unknown key study.compare\[0\].by",
+        ),
         # values the experiment's own validation rejects: the key and the cell
         (
             _study(axes={"run.generations": [5, 0]}),

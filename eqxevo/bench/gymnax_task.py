@@ -97,6 +97,12 @@ class EpisodesFitness(eqx.Module):
 
     One episode per lifetime (`rollout(..., reset_on_done=False)`); episode j
     gets `split(key, episodes)[j]`.
+
+    Not `LifetimeFitness(..., lifetimes=E)`, whose keys are the same for E >= 2:
+    that runs its lifetimes one after another where this vmaps them
+    (MountainCarContinuous' returns differ in their last bits, 1.4e-6), and one
+    lifetime gets the key itself, not `split(key, 1)[0]`, so the suite's
+    recorded numbers would change.
     """
 
     env: Any

@@ -112,12 +112,13 @@ def make_strategy(experiment: Experiment, parts: Parts, genome: Genome) -> Strat
             spec.population_size,
             maximize=True,
             init_scale=spec.init_scale,
+            leaf_scales=dict(spec.leaf_scales) or None,
             params=dict(spec.params) or None,
             **parts.strategy_kwargs,
         )
     except (ValueError, TypeError) as err:
         message = str(err)
-        for field in ("params.", "population_size=", "init_scale"):
+        for field in ("params.", "population_size=", "init_scale", "leaf_scales"):
             message = message.replace(field, f"strategy.{field}", 1)
         raise ConfigError(f"strategy {spec.name!r}: {message}") from err
     # Every field, not only the overridden ones: a run then compiles the same
@@ -204,8 +205,20 @@ class Built:
 
     @property
     def agent_steps_per_generation(self) -> int:
+        """P x T x E x seeds: the environment steps one generation takes."""
         run = self.experiment.run
-        return self.strategy.population_size * run.lifetime * run.num_seeds
+        lifetimes = run.lifetimes_per_fitness
+        return self.strategy.population_size * run.lifetime * lifetimes * run.num_seeds
+
+    @property
+    def heldout_fitness(self) -> Callable[..., Any]:
+        """The fitness of one held-out episode: `fitness` living one lifetime
+        (`run.lifetimes_per_fitness` averages training lifetimes only; held-out
+        evaluation averages `run.eval_episodes` lifetimes of its own)."""
+        fitness = self.fitness
+        if isinstance(fitness, LifetimeFitness) and fitness.lifetimes != 1:
+            return dataclasses.replace(fitness, lifetimes=1)
+        return fitness
 
     def settings(self, mesh: Mesh | None = None) -> EvalSettings:
         """How `evolve` evaluates this experiment's populations on `mesh`."""
@@ -233,7 +246,11 @@ def build(experiment: Experiment) -> Built:
     genome = make_genome(experiment, parts, env, genome_key)
     strategy = make_strategy(experiment, parts, genome)
     fitness = LifetimeFitness(
-        env, env_params, experiment.run.lifetime, experiment.run.reset_on_done
+        env,
+        env_params,
+        experiment.run.lifetime,
+        experiment.run.reset_on_done,
+        lifetimes=experiment.run.lifetimes_per_fitness,
     )
     effective = effective_config(experiment, parts, env_params, strategy)
     return Built(effective, env, env_params, genome, strategy, fitness, run_key)

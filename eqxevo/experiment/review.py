@@ -4,6 +4,7 @@
 
 import dataclasses
 import functools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from ..heldout import (
 )
 from ..keys import seed_keys
 from ..metrics import format_bytes
+from ..references import Scale, Scored, references, scale, score_references
 from .build import Built, build
 from .resources import ResourceError, available_memory, exhausted, memory_estimate
 from .rundir import RunDir, RunDirError
@@ -45,6 +47,81 @@ class Evaluation:
     """Generations the run had run when the genome was saved."""
     key: PRNGKey
     """The held-out key used (episode e is `fold_in(key, e)`)."""
+    references: tuple[Scored, ...] = ()
+    """The environment's reference agents on the same lifetimes
+    (`eqxevo.references`)."""
+
+    @property
+    def scale(self) -> Scale:
+        """The normalised scale the references give (0: the best without memory,
+        1: the best learner or oracle)."""
+        return scale((r.name, r.kind, r.result.mean) for r in self.references)
+
+    def reference_fields(self) -> dict[str, Any]:
+        """`eqxevo eval --json`'s reference fields: the genome's normalised score
+        (null where undefined), whether it is below the best reference without
+        memory, and each reference's held-out record and normalised score."""
+        scale = self.scale
+        return {
+            "normalised": _number(scale.normalise(self.result.mean)),
+            "below_no_memory": scale.below_floor(self.result.mean),
+            "references": [
+                {
+                    "name": r.name,
+                    "kind": r.kind,
+                    **r.result.summary(),
+                    "normalised": _number(scale.normalise(r.result.mean)),
+                }
+                for r in self.references
+            ],
+        }
+
+    def reference_lines(self) -> list[str]:
+        """`eqxevo eval`'s lines after the genome's: the references on the same
+        lifetimes, the normalised score, and a warning below the floor."""
+        if not self.references:
+            return []
+        scale = self.scale
+        width = max(len(r.name) + len(r.kind) for r in self.references) + 3
+        lines = [f"reference agents on the same {self.result.num_episodes} lifetimes:"]
+        for r in self.references:
+            half = (r.result.ci_high - r.result.ci_low) / 2
+            normalised = scale.normalise(r.result.mean)
+            lines.append(
+                f"  {f'{r.name} ({r.kind})'.ljust(width)} {r.result.mean:.6g} "
+                f"± {half:.2g}"
+                + (
+                    f"  normalised {normalised:.3f}"
+                    if math.isfinite(normalised)
+                    else ""
+                )
+            )
+        normalised = scale.normalise(self.result.mean)
+        if math.isfinite(normalised):
+            lines.append(
+                f"normalised score: {normalised:.3f} (0 = {scale.floor_name}, the "
+                f"best without memory; 1 = {scale.ceiling_name}, the best learner "
+                "or oracle)"
+            )
+        elif scale.ceiling_name is None or scale.floor_name is None:
+            missing = "learner or oracle" if scale.floor_name else "memoryless"
+            lines.append(f"normalised score: none (no {missing} reference here)")
+        else:
+            lines.append(
+                f"normalised score: none ({scale.ceiling_name} does not score above "
+                f"{scale.floor_name} on these lifetimes)"
+            )
+        if scale.below_floor(self.result.mean):
+            lines.append(
+                "warning: the genome scores below the best reference without memory "
+                f"({scale.floor_name}: {scale.floor:.6g})"
+            )
+        return lines
+
+
+def _number(value: float) -> float | None:
+    # JSON has no NaN: an undefined normalised score is null.
+    return value if math.isfinite(value) else None
 
 
 def load_genome(run_dir: str | Path, which: str = "best") -> tuple[Built, Genome]:
@@ -71,12 +148,14 @@ MAX_EPISODES = 2**31 - 1
 
 
 def _episodes_program(
-    built: Built, genome: Genome, key: PRNGKey, num_episodes: int
+    built: Built, scored: tuple[Any, Genome, Any], key: PRNGKey, num_episodes: int
 ) -> tuple[Any, int | None]:
-    """The compiled held-out program for `num_episodes` lifetimes, and XLA's
-    estimate of its memory (bytes; None when XLA gives none)."""
+    """The compiled held-out program for `num_episodes` lifetimes of `scored`
+    (fitness function, genome, filter spec), and XLA's estimate of its memory
+    (bytes; None when XLA gives none)."""
     settings = heldout_settings(built.settings(), num_episodes)
-    args = (key, built.fitness, genome, num_episodes, built.strategy.filter_spec)
+    fitness_fn, genome, filter_spec = scored
+    args = (key, fitness_fn, genome, num_episodes, filter_spec)
     # the same program `heldout_evaluate` runs, compiled ahead of time (pyright
     # sees a function: equinox's filter_jit wrapper has `lower`)
     lower: Any = episode_fitness.lower  # pyright: ignore[reportFunctionMemberAccess]
@@ -86,17 +165,18 @@ def _episodes_program(
 
 
 def _heldout_checked(
-    built: Built, genome: Genome, key: PRNGKey, num_episodes: int
+    built: Built, scored: tuple[Any, Genome, Any], key: PRNGKey, num_episodes: int
 ) -> HeldOut:
-    """`heldout_evaluate`, refused up front when `num_episodes` is out of bounds
-    or XLA's memory estimate of the program exceeds the memory available; the
-    program compiled for the estimate is the one that runs (same bits)."""
+    """`heldout_evaluate` of `scored` (fitness function, genome, filter spec),
+    refused up front when `num_episodes` is out of bounds or XLA's memory
+    estimate of the program exceeds the memory available; the program compiled
+    for the estimate is the one that runs (same bits)."""
     if num_episodes > MAX_EPISODES:
         raise ResourceError(
             f"--episodes {num_episodes}: at most {MAX_EPISODES} held-out lifetimes "
             "(episode indices are 32-bit)"
         )
-    program, needed = _episodes_program(built, genome, key, num_episodes)
+    program, needed = _episodes_program(built, scored, key, num_episodes)
     available, where = available_memory()
     if needed is not None and available is not None and needed > available:
         # Memory grows about linearly with the episodes (XLA's layout varies a
@@ -127,7 +207,9 @@ def eval_run(
     num_episodes: int | None = None,
     seed: int | None = None,
 ) -> tuple[Evaluation, Built, Genome]:
-    """Held-out evaluation of a run's saved genome (`eqxevo eval`).
+    """Held-out evaluation of a run's saved genome (`eqxevo eval`), and of the
+    environment's reference agents on the same lifetimes
+    (`Evaluation.references`, `eqxevo.references`).
 
     Arguments:
         run_dir: a run directory (of `eqxevo run` or of a study).
@@ -163,8 +245,10 @@ def eval_run(
     # so the default reproduces the run's own summary.json record.
     run_key = built.key if seed is None else seed_keys(seed)[1]
     key = heldout_keys(run_key, built.num_seeds)[run_seed]
+    episodes = num_episodes or built.experiment.run.eval_episodes
+    filter_spec = built.strategy.filter_spec
     result = _heldout_checked(
-        built, loaded, key, num_episodes or built.experiment.run.eval_episodes
+        built, (built.heldout_fitness, loaded, filter_spec), key, episodes
     )
     evaluation = Evaluation(
         result,
@@ -173,8 +257,28 @@ def eval_run(
         run_seed,
         summary.get("generations"),
         key,
+        _references(built, key, episodes),
     )
     return evaluation, built, loaded
+
+
+def _references(built: Built, key: PRNGKey, num_episodes: int) -> tuple[Scored, ...]:
+    """The environment's references on the held-out lifetimes of `key`. Their
+    programs hold a policy where the genome's holds a population of copies: the
+    genome's fitted the memory check, so theirs are not estimated again (each
+    estimate compiles a program once more)."""
+    refs = references(built.env, built.env_params)
+    try:
+        return score_references(
+            key, built.heldout_fitness, refs, num_episodes, settings=built.settings()
+        )
+    except jax.errors.JaxRuntimeError as err:
+        if not exhausted(err):
+            raise
+        raise ResourceError(
+            f"--episodes {num_episodes}: the device ran out of memory scoring the "
+            "reference agents; use fewer episodes"
+        ) from None
 
 
 def render_lifetime(

@@ -7,7 +7,7 @@ import datetime
 import platform
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from .. import config as config_module
 from ..checkpoint import integrity
 from ..config import Experiment
 from ..evolve import Chunk, compile_chunk, evolve
+from ..fitness import SpreadWatch
 from ..heldout import (
     evaluate_run,
     heldout_cost,
@@ -117,6 +118,12 @@ class Run:
         self.dir = RunDir(run_dir)
         self.mesh = mesh
         self.share = share
+        # Said once while it runs: fitness without spread (fitness.SpreadWatch).
+        # `run_experiment` says it on its progress; a study's run on stderr.
+        self.spread = SpreadWatch()
+        self.say: Callable[[str], None] = lambda text: print(
+            f"eqxevo: run {self.dir.path}: {text}", file=sys.stderr, flush=True
+        )
         # One writer per directory, from before its first file is touched until
         # `close`.
         self.lock = self.dir.lock(resume=resume)
@@ -268,7 +275,7 @@ class Run:
         settings = self.built.settings(self.mesh)
         results = evaluate_run(
             self.built.key,
-            self.built.fitness,
+            self.built.heldout_fitness,
             self.built.strategy,
             state,
             self.built.experiment.run.eval_episodes,
@@ -287,6 +294,9 @@ class Run:
         # Held-out fields join the records of the generation evaluated, before they
         # are written, so metrics.jsonl never holds a record twice.
         records = history_records(history)
+        notice = self.spread.notice(records)
+        if notice is not None:
+            self.say(notice)
         if self.evaluation_due(generation):
             for seed, result in enumerate(self.heldout(generation, state)):
                 for r in records:
@@ -507,6 +517,7 @@ def run_experiment(
         ) as progress,
     ):
         the_run.begin()
+        the_run.say = progress.say
 
         def on_chunk(chunk: Chunk) -> bool:
             with stop.lock:

@@ -4,6 +4,7 @@ See docs/internals.md ("Strategy") for the design.
 """
 
 import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
@@ -26,7 +27,7 @@ from .._types import (
 )
 from ..fitness import fitness_dtype, fitness_summary, rank_nonfinite_worst
 from ..genome import GenomeLayout
-from ..registry import Family, family_of, lookup_strategy
+from ..registry import Family, StrategySpec, family_of, lookup_strategy
 from .algorithm import Algorithm, algorithm_params, build_algorithm, given_algorithm
 from .base import (
     AbstractFamily,
@@ -41,6 +42,23 @@ from .stein import SteinFamily
 
 if TYPE_CHECKING:
     from evosax.algorithms.base import EvolutionaryAlgorithm
+
+
+def _check_scalable(spec: StrategySpec, algorithm_kwargs: dict[str, Any]) -> None:
+    """Raise where per-leaf scales cannot apply: a RandomSearch whose genomes
+    come from the user's own `sampling_fn`, which bypasses the search
+    coordinates."""
+    own = "sampling_fn" in algorithm_kwargs or "sampling_fn" in spec.kwargs
+    if spec.instance is not None:
+        own = hasattr(spec.instance, "sampling_fn")
+    if own:
+        raise ValueError(
+            f"leaf_scales: {spec.name} draws its genomes with your own sampling_fn, "
+            "which per-leaf scales cannot reach; scale the leaves inside "
+            "sampling_fn, or leave sampling_fn out (the default samples "
+            "init_scale x each leaf's scale around the genome)"
+        )
+
 
 FAMILIES: dict[str, AbstractFamily] = {
     "distribution": DistributionFamily(),
@@ -72,6 +90,23 @@ class Strategy(eqx.Module):
             population-based algorithms draw their initial population,
             Stein-variational ones their sub-population means, and RandomSearch
             its samples (unless given `sampling_fn`). Finite and > 0; default 0.1.
+        leaf_scales: per-leaf search scales, `{leaf path or prefix: scale}`
+            (`{"rule.learning_rate": 0.01}`; paths as `eqxevo.genome.leaf_path`
+            writes them, nested tables read as dotted keys). The algorithm
+            searches each evolvable value divided by its leaf's scale, so a
+            leaf of scale s gets s times the others' step: `std_init * s`
+            for its first samples, and `init_scale * s` for a first population.
+            For an algorithm with a per-dimension scale it is that scale's
+            start (SNES, PGPE, Sep_CMA_ES: std or diagonal covariance times s;
+            CMA_ES: as if its covariance started at diag(s**2)), adapted from
+            there; for an isotropic one (Open_ES, ...) the leaf's samples and
+            its mean's updates are s times the others'. Every algorithm takes
+            it, except RandomSearch with your own `sampling_fn` (it draws the
+            genomes itself: scale inside it). None or empty (default): no
+            scales, and not one operation more. Leaves of scale 1 keep their
+            exact values; others round-trip through the search coordinates to
+            within one rounding (exactly for powers of 2). docs/internals.md,
+            "Per-leaf search scales".
         **algorithm_kwargs: extra constructor arguments for the evosax class
             (e.g. `optimizer=optax.adam(1e-2)`, `num_populations=4`); they
             override a preset's `[kwargs]`.
@@ -104,13 +139,16 @@ class Strategy(eqx.Module):
         filter_spec: Any = eqx.is_inexact_array,
         params: Any = None,
         init_scale: float = 0.1,
+        leaf_scales: Mapping[str, Any] | None = None,
         **algorithm_kwargs: Any,
     ):
         population_size = positive_int("population_size", population_size)
         init_scale = positive_number("init_scale", init_scale)
         spec = lookup_strategy(algorithm)
         family = family_of(spec.cls)
-        layout = GenomeLayout.from_genome(genome, filter_spec)
+        layout = GenomeLayout.from_genome(genome, filter_spec, leaf_scales)
+        if layout.scales is not None:
+            _check_scalable(spec, algorithm_kwargs)
         initial_flat = layout.flatten(genome)
         if spec.instance is not None:
             algorithm = given_algorithm(

@@ -8,7 +8,7 @@ import math
 import re
 import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from .. import config as config_module
 from .._checks import did_you_mean
@@ -33,7 +33,15 @@ MAX_RUNS = 100_000
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
 """A name that becomes a folder name (study, arms): no separator, no `..`."""
 
-STUDY_KEYS = ("name", "seeds", "base_arm", "max_runs_per_program", "axes", "arms")
+STUDY_KEYS = (
+    "name",
+    "seeds",
+    "base_arm",
+    "max_runs_per_program",
+    "axes",
+    "arms",
+    "compare",
+)
 SLURM_KEYS = {
     "partition": "slurm_partition",
     "time_min": "timeout_min",
@@ -295,6 +303,73 @@ def raise_all(errors: list[str]) -> None:
         )
 
 
+Alternative = Literal["greater", "less", "two-sided"]
+ALTERNATIVES: tuple[Alternative, ...] = ("greater", "less", "two-sided")
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """A pre-registered comparison of two arms, declared before the study runs
+    (`[[study.compare]]`; tested in `eqxevo.study.stats.preregistered_tests`):
+
+        [[study.compare]]
+        a = "plastic-ff"
+        b = "ff"
+        alternative = "greater"   # A > B (the default); "less" or "two-sided"
+
+    With axes, the two arms are compared at every combination of axis values.
+    """
+
+    a: str
+    b: str
+    alternative: Alternative = "greater"
+
+
+def parse_compare(
+    value: Any, arms: Mapping[str, Any], errors: list[str]
+) -> tuple[Comparison, ...]:
+    """The valid `[[study.compare]]` entries; their faults go to `errors`."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(c, Mapping) for c in value):
+        errors.append(
+            "study.compare must be an array of tables ([[study.compare]] with a, b "
+            f"and alternative); got {value!r}"
+        )
+        return ()
+    out = []
+    for i, entry in enumerate(value):
+        where = f"study.compare[{i}]"
+        faults = [
+            f"unknown key {where}.{key}; allowed: a, b, alternative"
+            for key in sorted(set(entry) - {"a", "b", "alternative"})
+        ]
+        for side in ("a", "b"):
+            name = entry.get(side)
+            if name not in arms:
+                faults.append(
+                    f"{where}.{side} = {name!r} is not an arm"
+                    + (
+                        did_you_mean(name, arms, quote=True)
+                        if isinstance(name, str)
+                        else ""
+                    )
+                    + f"; the arms: {', '.join(map(repr, arms))}"
+                )
+        if not faults and entry["a"] == entry["b"]:
+            faults.append(f"{where} compares arm {entry['a']!r} with itself")
+        alternative = entry.get("alternative", "greater")
+        if alternative not in ALTERNATIVES:
+            faults.append(
+                f"{where}.alternative = {alternative!r}; it must be one of "
+                + ", ".join(map(repr, ALTERNATIVES))
+            )
+        errors += faults
+        if not faults:
+            out.append(Comparison(entry["a"], entry["b"], alternative))
+    return tuple(out)
+
+
 def parse_slurm(table: Any, errors: list[str]) -> dict[str, Any]:
     if not isinstance(table, Mapping):
         errors.append(f"[study.slurm] must be a table; got {table!r}")
@@ -310,11 +385,14 @@ def parse_slurm(table: Any, errors: list[str]) -> dict[str, Any]:
 
 
 __all__ = [
+    "ALTERNATIVES",
     "FORBIDDEN",
     "MAX_RUNS",
     "SECTIONS",
     "SLURM_KEYS",
     "STUDY_KEYS",
+    "Alternative",
+    "Comparison",
     "StudyError",
     "check_key",
     "check_name",
@@ -323,6 +401,7 @@ __all__ = [
     "format_value",
     "parse_arms",
     "parse_axes",
+    "parse_compare",
     "parse_seeds",
     "parse_slurm",
     "raise_all",

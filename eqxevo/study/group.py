@@ -94,6 +94,7 @@ class Program:
         return sum(
             m.built.strategy.population_size
             * m.run.experiment.run.lifetime
+            * m.run.experiment.run.lifetimes_per_fitness
             * m.run.experiment.run.generations
             for m in self.members
         )

@@ -53,8 +53,12 @@ def learning_curves(
     ax.set_ylabel(ylabel)
     ax.set_title(f"{ylabel.capitalize()} per generation")
     ax.grid(alpha=0.3)
+    # No band at all: too few seeds for a CI (`stats.MIN_RUNS_FOR_CI`).
+    banded = any(np.isfinite(low).any() for _, low, _ in bands.values())
     ax.legend(
-        title=f"mean ± 95% CI over {seeds} seeds",
+        title=f"mean ± 95% CI over {seeds} seeds"
+        if banded
+        else f"mean over {seeds} seeds (n too small for a CI)",
         fontsize=8,
         title_fontsize=8,
         loc="best",
@@ -105,7 +109,9 @@ def final_fitness(
             color="tab:red",
             capsize=5,
             zorder=3,
-            label="mean, 95% bootstrap CI",
+            label="mean, 95% bootstrap CI"
+            if np.isfinite(low).any()
+            else "mean (n too small for a CI)",
         )
         ax.set_xticks(np.arange(len(names)), names, rotation=20, ha="right")
         ax.set_xlabel("cell")

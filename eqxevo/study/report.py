@@ -2,6 +2,7 @@
 figures and report.md (docs/studies.md, "The report").
 """
 
+import dataclasses
 import itertools
 import json
 import math
@@ -14,6 +15,14 @@ from jaxtyping import Float
 
 from .runner import load_plan, load_study, read_summary, run_dir
 from .spec import Study, format_value, require
+from .stats import (
+    MIN_RUNS_FOR_CI,
+    iqm_interval,
+    mean_interval,
+    preregistered_tests,
+    probability_of_improvement,
+    scipy_interval,
+)
 
 HELDOUT_COLUMNS: dict[str, str] = {
     "heldout_mean": "held-out fitness of the final genome (mean over lifetimes)",
@@ -43,10 +52,6 @@ METRICS: dict[str, str] = {
     "best_fitness": "training: best fitness",
 }
 """Per-run figures that summary.csv summarises and comparisons compare."""
-
-CONFIDENCE = 0.95
-RESAMPLES = 9999
-SEED = 0
 
 
 # -- tables -------------------------------------------------------------------------
@@ -89,49 +94,12 @@ def cells_table(out: str | Path, study: Study | None = None) -> Any:
     return pd.DataFrame(rows)
 
 
-def _bootstrap(
-    samples: tuple[Any, ...], statistic: Any, **options: Any
-) -> tuple[Any, Any]:
-    """`(low, high)`: the 95% percentile-bootstrap CI of `statistic` over
-    `samples`, from a fixed seed (a report is reproducible)."""
-    from scipy import stats
-
-    ci = stats.bootstrap(
-        samples,
-        statistic,
-        confidence_level=CONFIDENCE,
-        n_resamples=options.pop("n_resamples", RESAMPLES),
-        method="percentile",
-        rng=np.random.default_rng(SEED),
-        **options,
-    ).confidence_interval
-    return ci.low, ci.high
-
-
-def bootstrap_mean_ci(values: Float[np.ndarray, " runs"]) -> tuple[float, float]:
-    """95% percentile-bootstrap CI of the mean (NaN with fewer than 2 values)."""
-    x = np.asarray(values, np.float64)
-    if x.size < 2:
-        return math.nan, math.nan
-    low, high = _bootstrap((x,), np.mean)
-    return float(low), float(high)
-
-
-def iqm(values: Float[np.ndarray, " runs"]) -> tuple[float, float, float]:
-    """Interquartile mean (`scipy.stats.trim_mean(x, 0.25)`) and its 95%
-    percentile-bootstrap CI (Agarwal et al. 2021 recommend the IQM over the mean
-    for few runs: it is less sensitive to one outlying seed)."""
-    from scipy import stats
-
-    x = np.asarray(values, np.float64)
-    if x.size < 2:
-        return float(x.mean()) if x.size else math.nan, math.nan, math.nan
-    low, high = _bootstrap((x,), lambda v, axis: stats.trim_mean(v, 0.25, axis=axis))
-    return float(stats.trim_mean(x, 0.25)), float(low), float(high)
-
-
 def summary_table(cells: Any, metrics: Mapping[str, str] = METRICS) -> Any:
-    """One row per cell: n and, per metric, mean, std, CIs and IQM."""
+    """One row per cell: n and, per metric, mean, std, CIs (NaN with n below
+    `MIN_RUNS_FOR_CI`) and IQM; with the reference columns
+    (`eqxevo.study.references`), the mean normalised score, the mean best
+    reference without memory and `below_no_memory`: whether the cell's mean
+    held-out fitness is below it (on the same lifetimes)."""
     pd = require("pandas", "eqxevo study report")
 
     rows = []
@@ -140,8 +108,8 @@ def summary_table(cells: Any, metrics: Mapping[str, str] = METRICS) -> Any:
         for metric in metrics:
             x = group[metric].dropna().to_numpy(np.float64)
             row["n"] = max(row["n"], x.size)
-            low, high = bootstrap_mean_ci(x)
-            centre, iqm_low, iqm_high = iqm(x)
+            low, high = mean_interval(x)
+            centre, iqm_low, iqm_high = iqm_interval(x)
             row |= {
                 f"{metric}_mean": float(np.mean(x)) if x.size else math.nan,
                 f"{metric}_std": float(np.std(x, ddof=1)) if x.size > 1 else math.nan,
@@ -151,8 +119,23 @@ def summary_table(cells: Any, metrics: Mapping[str, str] = METRICS) -> Any:
                 f"{metric}_iqm_ci_low": iqm_low,
                 f"{metric}_iqm_ci_high": iqm_high,
             }
+        if "normalised" in group:
+            row |= _against_references(group)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _against_references(runs: Any) -> dict[str, Any]:
+    """A cell's runs against the references on their own lifetimes."""
+    both = runs[["heldout_mean", "no_memory_reference"]].astype(float).dropna()
+    gap = (both["heldout_mean"] - both["no_memory_reference"]).to_numpy()
+    normalised = runs["normalised"].astype(float).dropna().to_numpy()
+    floor = both["no_memory_reference"].to_numpy()
+    return {
+        "normalised_mean": float(normalised.mean()) if normalised.size else math.nan,
+        "no_memory_reference_mean": float(floor.mean()) if floor.size else math.nan,
+        "below_no_memory": bool(gap.size and gap.mean() < 0),
+    }
 
 
 def _factors(study: Study) -> dict[str, dict[str, Any]]:
@@ -163,13 +146,6 @@ def _factors(study: Study) -> dict[str, dict[str, Any]]:
         | {k: format_value(v) for k, v in c.values.items()}
         for c in study.cells
     }
-
-
-def _probability_of_improvement(x: np.ndarray, y: np.ndarray, axis: int) -> Any:
-    from scipy import stats
-
-    u = stats.mannwhitneyu(x, y, alternative="two-sided", axis=axis).statistic
-    return u / (x.shape[axis] * y.shape[axis])
 
 
 def comparisons_table(
@@ -212,23 +188,23 @@ def comparisons_table(
             row["difference"] = row["mean_a"] - row["mean_b"]
             low = high = u = p = poi = poi_low = poi_high = math.nan
             if xa.size >= 2 and xb.size >= 2:
+                test = stats.mannwhitneyu(xa, xb, alternative="two-sided")
+                u, p = float(test.statistic), float(test.pvalue)
+                # P(A > B), ties counting one half: U / (n_a n_b), the
+                # common-language effect size.
+                poi = u / (xa.size * xb.size)
+            if min(xa.size, xb.size) >= MIN_RUNS_FOR_CI:
+                # Its CI (rliable's) and the difference's resample each cell apart.
                 low, high = map(
                     float,
-                    _bootstrap(
+                    scipy_interval(
                         (xa, xb),
                         lambda x, y, axis: (
                             np.mean(x, axis=axis) - np.mean(y, axis=axis)
                         ),
                     ),
                 )
-                test = stats.mannwhitneyu(xa, xb, alternative="two-sided")
-                u, p = float(test.statistic), float(test.pvalue)
-                # P(A > B), ties counting one half: U / (n_a n_b), the
-                # common-language effect size; its CI resamples each cell apart.
-                poi = u / (xa.size * xb.size)
-                poi_low, poi_high = map(
-                    float, _bootstrap((xa, xb), _probability_of_improvement)
-                )
+                _, poi_low, poi_high = probability_of_improvement(xa, xb)
             row |= {
                 "difference_ci_low": low,
                 "difference_ci_high": high,
@@ -250,6 +226,33 @@ def comparisons_table(
                 table.loc[rows_of, "p_value"].to_numpy(), method="bh"
             )
     return table
+
+
+def preregistered_table(cells: Any, study: Study) -> Any:
+    """The pre-registered comparisons (`[[study.compare]]`) on held-out final
+    fitness: `eqxevo.study.stats.preregistered_tests` for arm A against arm B
+    at every combination of axis values, Holm-corrected over all of them."""
+    pd = require("pandas", "eqxevo study report")
+    pairs, context = [], []
+    for c in study.compare:
+        for cell in (x for x in study.cells if x.arm == c.a):
+            other = next(
+                x for x in study.cells if x.arm == c.b and x.values == cell.values
+            )
+            pairs.append(dataclasses.replace(c, a=cell.name, b=other.name))
+            context.append(
+                ", ".join(f"{k}={format_value(v)}" for k, v in cell.values.items())
+            )
+    scores = {
+        name: cells.loc[cells["cell"] == name, "heldout_mean"]
+        .dropna()
+        .to_numpy(np.float64)
+        for name in {p.a for p in pairs} | {p.b for p in pairs}
+    }
+    rows = preregistered_tests(pairs, scores)
+    for row, where in zip(rows, context, strict=True):
+        row["context"] = where
+    return pd.DataFrame(rows)
 
 
 # -- curves -------------------------------------------------------------------------
@@ -286,13 +289,14 @@ def curve_band(
     Float[np.ndarray, " generations"],
 ]:
     """Mean over seeds per generation and its 95% bootstrap CI (NaN bands with
-    fewer than 2 seeds, or where a seed has not reached the generation)."""
+    fewer than `MIN_RUNS_FOR_CI` seeds, or where a seed has not reached the
+    generation)."""
     mean = np.nanmean(values, axis=0) if values.size else values
     low = np.full(values.shape[1], np.nan)
     high = np.full(values.shape[1], np.nan)
     complete = ~np.isnan(values).any(axis=0)
-    if values.shape[0] >= 2 and complete.any():
-        low[complete], high[complete] = _bootstrap(
+    if values.shape[0] >= MIN_RUNS_FOR_CI and complete.any():
+        low[complete], high[complete] = scipy_interval(
             (values[:, complete],), np.mean, axis=0, n_resamples=2000
         )
     return mean, low, high
@@ -309,7 +313,13 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def _ci(row: Any, prefix: str) -> str:
+TOO_FEW = "n too small"
+"""What a table shows in place of a CI its runs cannot support."""
+
+
+def _ci(row: Any, prefix: str, n: int) -> str:
+    if n < MIN_RUNS_FOR_CI:
+        return f"[{TOO_FEW}]"
     return f"[{_fmt(row[f'{prefix}_ci_low'])}, {_fmt(row[f'{prefix}_ci_high'])}]"
 
 
@@ -324,23 +334,73 @@ def _episodes(cells: Any) -> str:
     return "/".join(map(str, counts)) or "–"
 
 
+def _preregistered_lines(table: Any) -> list[str]:
+    if table.empty:
+        return []
+    rows = [
+        [
+            f"{row['a']} vs {row['b']}"
+            + (f" ({row['context']})" if row["context"] else ""),
+            {"greater": "A > B", "less": "A < B"}.get(row["alternative"], "A ≠ B"),
+            f"{row['n_a']}, {row['n_b']}",
+            f"{_fmt(row['mean_a'])} vs {_fmt(row['mean_b'])}",
+            f"t={_fmt(row['welch_t'], 3)}, p={_fmt(row['welch_p'], 3)} "
+            f"(Holm {_fmt(row['welch_p_holm'], 3)})",
+            f"U={_fmt(row['mannwhitney_u'])}, p={_fmt(row['mannwhitney_p'], 3)} "
+            f"(Holm {_fmt(row['mannwhitney_p_holm'], 3)})",
+            f"{_fmt(row['prob_improvement'], 3)} "
+            + _ci(row, "prob_improvement", min(int(row["n_a"]), int(row["n_b"]))),
+        ]
+        for _, row in table.iterrows()
+    ]
+    return [
+        "## Pre-registered comparisons",
+        "",
+        "Declared in the study file before it ran (`[[study.compare]]`), on "
+        "held-out final fitness: Welch's t-test and the Mann–Whitney U test in "
+        "the declared direction, each Holm-corrected over these comparisons "
+        "(statsmodels); P(A > B) with its 95% stratified-bootstrap CI (rliable).",
+        "",
+        _markdown(
+            [
+                "A vs B",
+                "hypothesis",
+                "n_A, n_B",
+                "means",
+                "Welch's t",
+                "Mann–Whitney",
+                "P(A > B) [95% CI]",
+            ],
+            rows,
+        ),
+        "",
+    ]
+
+
 def write_report(out: str | Path, to: str | Path | None = None) -> Path:
     """Write the report of the study in `out` (to `out/report/` by default);
     returns the path of report.md. Runs not complete yet are left out of the
-    statistics (the report says how many)."""
+    statistics (the report says how many). The environments' reference agents
+    are scored on the runs' held-out lifetimes here (references.csv), once per
+    environment variant and seed."""
     from . import plots
+    from .references import reference_lines, score_study_references
 
     out = Path(out)
     study = load_study(out)
     to = Path(to) if to is not None else out / "report"
     to.mkdir(parents=True, exist_ok=True)
-    cells = cells_table(out, study)
+    refs, cells = score_study_references(study, cells_table(out, study))
+    refs.to_csv(to / "references.csv", index=False)
     cells.to_csv(to / "cells.csv", index=False)
     complete = cells[cells["complete"]]
     summary = summary_table(complete)
     summary.to_csv(to / "summary.csv", index=False)
     comparisons = comparisons_table(complete, study)
     comparisons.to_csv(to / "comparisons.csv", index=False)
+    preregistered = preregistered_table(complete, study)
+    if study.compare:
+        preregistered.to_csv(to / "preregistered.csv", index=False)
 
     seeds = len(study.seeds)
     bands = {name: curve_band(v) for name, v in curves(out, study).items()}
@@ -373,27 +433,45 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
         "the episodes selection saw: the population's mean fitness in the last "
         "generation, and the best single evaluation of the run (biased upward "
         "by selection on noise).",
+        f"Intervals need {MIN_RUNS_FOR_CI} runs or more: a bootstrap of fewer "
+        f"cannot support a 95% CI, and tables say [{TOO_FEW}] instead.",
         "",
+        *reference_lines(refs, summary),
         "## Cells",
         "",
     ]
     for metric, label in METRICS.items():
-        rows = [
-            [
-                row["cell"],
-                int(row["n"]),
-                f"{_fmt(row[f'{metric}_mean'])} ± {_fmt(row[f'{metric}_std'], 2)}",
-                _ci(row, metric),
-                f"{_fmt(row[f'{metric}_iqm'])} {_ci(row, f'{metric}_iqm')}",
-            ]
-            for _, row in summary.iterrows()
-        ]
+        headers = ["cell", "n", "mean ± std", "95% CI", "IQM [95% CI]"]
+        extra = metric == "heldout_mean" and "normalised_mean" in summary
+        rows = []
+        for _, row in summary.iterrows():
+            n = int(row["n"])
+            rows.append(
+                [
+                    row["cell"],
+                    n,
+                    f"{_fmt(row[f'{metric}_mean'])} ± {_fmt(row[f'{metric}_std'], 2)}",
+                    _ci(row, metric, n),
+                    f"{_fmt(row[f'{metric}_iqm'])} {_ci(row, f'{metric}_iqm', n)}",
+                ]
+                + (
+                    [
+                        _fmt(row["normalised_mean"], 3),
+                        "**below**" if row["below_no_memory"] else "above",
+                    ]
+                    if extra
+                    else []
+                )
+            )
+        if extra:
+            headers += ["normalised", "vs best without memory"]
         lines += [
             f"**{label[0].upper() + label[1:]}**",
             "",
-            _markdown(["cell", "n", "mean ± std", "95% CI", "IQM [95% CI]"], rows),
+            _markdown(headers, rows),
             "",
         ]
+    lines += _preregistered_lines(preregistered)
     lines += ["## Comparisons", ""]
     if comparisons.empty:
         lines += ["No two cells differ in exactly one factor.", ""]
@@ -408,17 +486,18 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
         ]
         rows = []
         for _, row in comparisons.iterrows():
+            n = min(int(row["n_a"]), int(row["n_b"]))
             rows.append(
                 [
                     f"{row['factor']}: {row['a']} vs {row['b']}"
                     + (f" ({row['context']})" if row["context"] else ""),
                     METRICS[row["metric"]],
                     f"{row['n_a']}, {row['n_b']}",
-                    f"{_fmt(row['difference'])} {_ci(row, 'difference')}",
+                    f"{_fmt(row['difference'])} {_ci(row, 'difference', n)}",
                     f"U={_fmt(row['mannwhitney_u'])}, p={_fmt(row['p_value'], 3)} "
                     f"(adj. {_fmt(row['p_adjusted'], 3)})",
                     f"{_fmt(row['prob_improvement'], 3)} "
-                    + _ci(row, "prob_improvement"),
+                    + _ci(row, "prob_improvement", n),
                 ]
             )
         lines += [
@@ -445,7 +524,8 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
         "![performance profile](performance_profile.png)",
         "",
         "Tables: cells.csv (one row per run), summary.csv (one row per cell), "
-        "comparisons.csv.",
+        "comparisons.csv, references.csv"
+        + (", preregistered.csv." if study.compare else "."),
         "",
     ]
     path = to / "report.md"
@@ -457,13 +537,12 @@ __all__ = [
     "HELDOUT_COLUMNS",
     "METRICS",
     "RUN_COLUMNS",
-    "bootstrap_mean_ci",
     "cells_table",
     "comparisons_table",
     "curve_band",
     "curves",
     "heldout_columns",
-    "iqm",
+    "preregistered_table",
     "summary_table",
     "write_report",
 ]

@@ -17,6 +17,7 @@ from ..config import ConfigError, Experiment
 from .checks import (
     SECTIONS,
     STUDY_KEYS,
+    Comparison,
     StudyError as StudyError,
     check_key as check_key,
     check_name,
@@ -24,6 +25,7 @@ from .checks import (
     format_value as format_value,
     parse_arms,
     parse_axes,
+    parse_compare,
     parse_seeds,
     parse_slurm,
     raise_all,
@@ -75,6 +77,7 @@ class Study:
         arms: `{arm name: {dotted key: value}}`, the base arm first (empty).
         cells: every cell (arms outer, axes in file order inner).
         max_runs_per_program: groups larger than this are split (None: no limit).
+        compare: the pre-registered comparisons (`[[study.compare]]`).
         slurm: submitit parameters from `[study.slurm]`.
         data: the study as plain data, base merged in (`from_dict(data)` gives
             the same study; a study's output folder keeps it as study.json).
@@ -86,6 +89,7 @@ class Study:
     arms: dict[str, dict[str, Any]]
     cells: tuple[Cell, ...]
     max_runs_per_program: int | None
+    compare: tuple[Comparison, ...]
     slurm: dict[str, Any]
     data: dict[str, Any]
 
@@ -236,6 +240,7 @@ def from_dict(data: Mapping[str, Any], root: Path | None = None) -> Study:
             errors.append(str(err))
     axes = parse_axes(study.get("axes", {}), errors)
     arms = parse_arms(study.get("arms"), base_arm, axes, errors)
+    compare = parse_compare(study.get("compare"), arms, errors)
     slurm = parse_slurm(study.get("slurm", {}), errors)
     if seeds and (fault := size_fault(seeds, axes, arms)):
         errors.append(fault)
@@ -251,6 +256,7 @@ def from_dict(data: Mapping[str, Any], root: Path | None = None) -> Study:
         arms=arms,
         cells=tuple(cells),
         max_runs_per_program=limit,
+        compare=compare,
         slurm=slurm,
         data=resolved,
     )

@@ -1,0 +1,265 @@
+"""Reference policies: what each environment declares (`references`), their scores
+on a run's held-out lifetimes, and the normalised score (docs/environments.md,
+"Reference agents").
+"""
+
+import dataclasses
+import functools
+import math
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from ._checks import one_of
+from ._types import Genome, PRNGKey
+from .agents import (
+    BraitenbergAgent,
+    ForagerAgent,
+    GreedyBayesAgent,
+    RandomAgent,
+    TasteLearnerAgent,
+    WinStayLoseShiftAgent,
+)
+from .envs import Chemotaxis, Foraging, LongHorizon
+from .envs.base import AbstractEnv, EnvParams
+from .evaluate import EvalSettings
+from .heldout import HeldOut, heldout_evaluate
+from .nets.base import AbstractPolicy
+
+KINDS = ("no_memory", "random", "learner", "oracle")
+"""What a reference is: the best policy without memory the environment allows, a
+random policy, a policy that learns within its lifetime, or one that is told what
+a learner must find out."""
+
+FLOOR_KINDS = ("no_memory", "random")
+"""Kinds without memory: the best of them scores 0 on the normalised scale."""
+
+CEILING_KINDS = ("learner", "oracle")
+"""Kinds with memory or knowledge: the best of them scores 1."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A named reference policy of an environment.
+
+    Attributes:
+        name: what reports call it ("win-stay lose-shift").
+        kind: one of `KINDS`.
+        policy: the agent (any `AbstractPolicy` sized for the environment).
+    """
+
+    name: str
+    kind: str
+    policy: AbstractPolicy
+
+    def __post_init__(self) -> None:
+        one_of("kind", self.kind, KINDS)
+
+
+@functools.singledispatch
+def references(env: AbstractEnv, params: EnvParams) -> tuple[Reference, ...]:
+    """The reference policies of `env` with `params`.
+
+    Built in: L0 `Chemotaxis`, L2 `Foraging`, L4 `LongHorizon`, and the gymnax
+    environments in `GYMNAX_REFERENCES`; any other environment has a random
+    agent only. Declare your own environment's with
+    `@references.register(MyEnv)` on a function `(env, params) -> tuple[Reference,
+    ...]` (subclasses inherit it).
+
+    Example:
+        >>> for ref in references(LongHorizon(), LongHorizonParams()):
+        ...     print(ref.name, ref.kind)
+        random random
+        ...
+    """
+    gymnax = sys.modules.get("eqxevo.envs.gymnax")  # loaded if env is a GymnaxEnv
+    if gymnax is not None and isinstance(env, gymnax.GymnaxEnv):
+        named: Any = env  # a GymnaxEnv: its gymnax name
+        declared = GYMNAX_REFERENCES.get(named.name)
+        if declared is not None:
+            return declared(env, params)
+    return (_random(env),)
+
+
+def _random(env: AbstractEnv) -> Reference:
+    return Reference("random", "random", RandomAgent(env.obs_size, env.action_size))
+
+
+@references.register(Chemotaxis)
+def _chemotaxis(env: Chemotaxis, params: EnvParams) -> tuple[Reference, ...]:
+    del params
+    return (
+        _random(env),
+        Reference("Braitenberg vehicle 2b", "no_memory", BraitenbergAgent(2)),
+    )
+
+
+@references.register(Foraging)
+def _foraging(env: Foraging, params: EnvParams) -> tuple[Reference, ...]:
+    del params
+    forager = ForagerAgent(env.num_resources)
+    return (_random(env), Reference("homeostatic forager", "no_memory", forager))
+
+
+@references.register(LongHorizon)
+def _long_horizon(env: LongHorizon, params: EnvParams) -> tuple[Reference, ...]:
+    del params
+    # A TasteLearnerAgent that never learns is a fixed reflex: toward A (belief
+    # +1), or undecided (0). Toward B is A's mirror image (the first season's
+    # roles are a fair coin).
+    return (
+        _random(env),
+        Reference("fixed reflex toward A", "no_memory", TasteLearnerAgent(0.0, 1.0)),
+        Reference("undecided fixed reflex", "no_memory", TasteLearnerAgent(0.0, 0.0)),
+        Reference("taste learner", "learner", TasteLearnerAgent()),
+    )
+
+
+def _affine(env: Any) -> dict[str, Any]:
+    """`GymnaxEnv`'s observation map, for agents that read raw observations."""
+    if not env.normalize_obs:
+        return {}
+    return {"obs_center": env.obs_center, "obs_scale": env.obs_scale}
+
+
+def _bernoulli_bandit(env: Any, params: Any) -> tuple[Reference, ...]:
+    return (
+        _random(env),
+        Reference(
+            "win-stay lose-shift", "no_memory", WinStayLoseShiftAgent(**_affine(env))
+        ),
+        Reference(
+            "greedy Bayes",
+            "learner",
+            GreedyBayesAgent(params.reward_prob, **_affine(env)),
+        ),
+    )
+
+
+GYMNAX_REFERENCES: dict[str, Callable[[Any, Any], tuple[Reference, ...]]] = {
+    "BernoulliBandit-misc": _bernoulli_bandit,
+}
+"""gymnax environments' references by gymnax name: `(env, params) -> references`
+(a `GymnaxEnv` not listed has a random agent only)."""
+
+
+# -- scores ---------------------------------------------------------------------------
+
+
+class PolicyFitness(eqx.Module):
+    """`fitness_fn` of one fixed policy, with a placeholder in the genome's place,
+    so held-out evaluation (`eqxevo.heldout`) runs it like a genome: episode e is
+    `fitness_fn(policy, fold_in(key, e))`, whatever the policy's leaves."""
+
+    fitness_fn: Callable[..., Any]
+    policy: AbstractPolicy
+
+    def __call__(self, placeholder: Any, key: PRNGKey) -> Any:
+        del placeholder
+        return self.fitness_fn(self.policy, key)
+
+
+def as_genome(
+    fitness_fn: Callable[..., Any], policy: AbstractPolicy
+) -> tuple[PolicyFitness, Genome]:
+    """`(fitness, genome)` that held-out evaluation takes for a fixed `policy`:
+    the genome is one float placeholder (with `eqx.is_inexact_array` as filter)."""
+    return PolicyFitness(fitness_fn, policy), jnp.zeros((), jnp.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scored:
+    """A reference's held-out evaluation: its `name`, `kind` and `result`."""
+
+    name: str
+    kind: str
+    result: HeldOut
+
+
+def score_references(
+    key: PRNGKey,
+    fitness_fn: Callable[..., Any],
+    refs: Iterable[Reference],
+    num_episodes: int,
+    *,
+    settings: EvalSettings | None = None,
+) -> tuple[Scored, ...]:
+    """Each reference's held-out evaluation on the lifetimes of `key`: episode e is
+    `fitness_fn(policy, fold_in(key, e))`, a run's genomes' own lifetimes when
+    `key` is the run's held-out key (`eqxevo.heldout.heldout_keys`).
+
+    Example:
+        >>> scored = score_references(key, built.fitness, references(env, p), 64)
+        >>> scale((s.name, s.kind, s.result.mean) for s in scored).normalise(81.7)
+        0.0
+    """
+    out = []
+    for ref in refs:
+        fitness, placeholder = as_genome(fitness_fn, ref.policy)
+        result = heldout_evaluate(
+            key, fitness, placeholder, num_episodes, settings=settings
+        )
+        out.append(Scored(ref.name, ref.kind, result))
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """The normalised scale: `floor` (the best reference without memory) scores 0,
+    `ceiling` (the best learner or oracle) 1. Either is NaN, and its name None,
+    where no such reference was scored."""
+
+    floor: float
+    floor_name: str | None
+    ceiling: float
+    ceiling_name: str | None
+
+    def normalise(self, score: float | None) -> float:
+        """`(score - floor) / (ceiling - floor)`; NaN without a score, a floor or a
+        ceiling, or where the ceiling does not score above the floor."""
+        span = self.ceiling - self.floor
+        if score is None or not (math.isfinite(span) and span > 0):
+            return math.nan
+        return (float(score) - self.floor) / span
+
+    def below_floor(self, score: float | None) -> bool:
+        """Whether `score` is below the best reference without memory."""
+        return score is not None and math.isfinite(self.floor) and score < self.floor
+
+
+def scale(entries: Iterable[tuple[str, str, float | None]]) -> Scale:
+    """The normalised scale of references' scores, given as `(name, kind, score)`:
+    the best score of `FLOOR_KINDS` is 0, the best of `CEILING_KINDS` 1
+    (non-finite scores left out)."""
+    finite = [
+        (float(score), name, kind)
+        for name, kind, score in entries
+        if score is not None and math.isfinite(score)
+    ]
+
+    def best(of: tuple[str, ...]) -> tuple[float, str | None]:
+        found = [(score, name) for score, name, kind in finite if kind in of]
+        if not found:
+            return math.nan, None
+        return max(found)
+
+    return Scale(*best(FLOOR_KINDS), *best(CEILING_KINDS))
+
+
+__all__ = [
+    "CEILING_KINDS",
+    "FLOOR_KINDS",
+    "GYMNAX_REFERENCES",
+    "KINDS",
+    "PolicyFitness",
+    "Reference",
+    "Scale",
+    "Scored",
+    "as_genome",
+    "references",
+    "scale",
+    "score_references",
+]
