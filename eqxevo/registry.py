@@ -238,7 +238,8 @@ NETS: dict[str, str] = {
     "sparse_rate": "eqxevo.nets.factories:sparse_rate",
     "sparse_lif": "eqxevo.nets.factories:sparse_lif",
     "recurrent": "eqxevo.nets.recurrent:RecurrentPolicy",
-    "mlp": "eqxevo.nets.mlp:MLPPolicy",
+    "gru": "eqxevo.nets.gru:GRUPolicy",
+    "mlp": "eqxevo.nets.factories:mlp",
 }
 """Networks by name; `net.name` may also be "module:Class"."""
 
@@ -329,7 +330,7 @@ def effective_options(constructor: Any, options: dict[str, Any]) -> dict[str, An
     itself)."""
     from .nets import factories
 
-    if isinstance(constructor, factories.SparseNet):
+    if isinstance(constructor, factories.SparseNet) or constructor is factories.mlp:
         return factories.effective_options(constructor, options)
     return {**scalar_defaults(constructor), **options}
 

@@ -20,7 +20,7 @@ from eqxevo.config import ConfigError
             "env.params.colour=1.0",
             r"env.params.colour is not a parameter of Chemotaxis",
         ),
-        ("net.options.widht=3", r"net.options: cannot build MLPPolicy"),
+        ("net.options.widht=3", r"net.options: cannot build mlp: .*widht"),
         (
             "strategy.name=CMA-ES",
             r"strategy 'CMA-ES': algorithm='CMA-ES'.*'CMA_ES'",

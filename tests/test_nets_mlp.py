@@ -69,3 +69,16 @@ def test_mlp_policy_rejects_bad_sizes(key, bad):
     kwargs = {"obs_size": 4, "action_size": 2, "width": 4, "depth": 1} | bad
     with pytest.raises((ValueError, TypeError)):
         MLPPolicy(**kwargs, key=key)
+
+
+def test_the_mlp_factory_without_plasticity_is_exactly_mlp_policy(key):
+    """`[net] name = "mlp"` builds the same genome, leaf for leaf and bit for bit,
+    as before it took `plasticity`: existing configs and checkpoints stand."""
+    from helpers import tree_equal
+
+    from eqxevo.nets.factories import mlp
+
+    want = MLPPolicy(4, 2, 6, 1, key=key)
+    for plasticity in (None, False):
+        got = mlp(4, 2, 6, 1, plasticity=plasticity, key=key)
+        assert type(got) is MLPPolicy and tree_equal(got, want)

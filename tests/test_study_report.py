@@ -7,7 +7,7 @@ from study_fixtures import finished_study  # noqa: F401
 from eqxevo.experiment import build
 from eqxevo.heldout import heldout_keys
 from eqxevo.references import references, score_references
-from eqxevo.study import load, plots
+from eqxevo.study import load, plots, stats as study_stats
 from eqxevo.study.report import (
     METRICS,
     cells_table,
@@ -19,7 +19,6 @@ from eqxevo.study.report import (
     write_report,
 )
 from eqxevo.study.spec import from_dict
-from eqxevo.study import stats as study_stats
 from eqxevo.study.stats import CONFIDENCE, SEED
 
 # Fixed data: two arms x two noise levels, 5 seeds each.

@@ -1,9 +1,15 @@
 """Networks behind one policy protocol (`AbstractPolicy`)."""
 
+from .backpropamine import (
+    PlasticMLPPolicy as PlasticMLPPolicy,
+    PlasticMLPState as PlasticMLPState,
+    neuromodulated_hebb as neuromodulated_hebb,
+)
 from .base import AbstractPolicy as AbstractPolicy, PolicyState as PolicyState
 from .batching import population_last as population_last
 from .factories import sparse_lif as sparse_lif, sparse_rate as sparse_rate
 from .fused import PallasLayout as PallasLayout
+from .gru import GRUPolicy as GRUPolicy, GRUState as GRUState
 from .layouts import make_layout as make_layout
 from .mlp import MLPPolicy as MLPPolicy
 from .neurons import (
@@ -12,6 +18,7 @@ from .neurons import (
     lif_step as lif_step,
     rate_step as rate_step,
 )
+from .per_synapse import PerSynapseHebbianRule as PerSynapseHebbianRule
 from .plasticity import (
     TRACE_DTYPES as TRACE_DTYPES,
     HebbianRule as HebbianRule,
@@ -39,5 +46,9 @@ from .sparse import (
     SparseRateState as SparseRateState,
     SparseSpikingPolicy as SparseSpikingPolicy,
     SparseSpikingState as SparseSpikingState,
+)
+from .sparse_backpropamine import (
+    BackpropamineRule as BackpropamineRule,
+    BackpropamineState as BackpropamineState,
 )
 from .topology import Topology as Topology

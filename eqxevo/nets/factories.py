@@ -1,17 +1,23 @@
-"""`sparse_rate` and `sparse_lif`: sparse networks from plain options (TOML).
+"""`sparse_rate`, `sparse_lif` and `mlp`: networks from plain options (TOML).
 
-See docs/networks.md ("Sparse networks in experiment files").
+See docs/networks.md ("Sparse networks in experiment files", "Backpropamine
+plasticity").
 """
 
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
+import jax.numpy as jnp
 import jax.random as jr
 
-from .._types import PRNGKey
-from .plasticity import AbstractRule, HebbianRule, STDPRule
+from .._types import Array, PRNGKey
+from .backpropamine import PlasticMLPPolicy
+from .mlp import MLPPolicy
+from .per_synapse import PerSynapseHebbianRule
+from .plasticity import HebbianRule, STDPRule
 from .sparse import AbstractSparsePolicy, SparseRatePolicy, SparseSpikingPolicy
+from .sparse_backpropamine import BackpropamineRule
 from .topology import Topology
 
 DEFAULT_FAN_IN = 8
@@ -25,18 +31,18 @@ _NOT_OPTIONS = {"obs_size", "action_size", "key"}
 _BUILT = {"topology", "plasticity"}
 
 
-def _rule(
-    kind: type[HebbianRule] | type[STDPRule], plasticity: Any
-) -> AbstractRule | None:
+def _plasticity_table(plasticity: Any, of: str) -> dict[str, Any] | None:
+    """`plasticity` as keyword arguments: None when off (None or false), {} for
+    true, the table itself; a `ValueError` naming `of` for anything else."""
     if plasticity is None or plasticity is False:
         return None
     if plasticity is True:
-        return kind()
+        return {}
     if isinstance(plasticity, Mapping):
-        return kind(**plasticity)
+        return dict(plasticity)
     raise ValueError(
-        "plasticity must be true/false or a table of "
-        f"{kind.__name__} arguments; got {plasticity!r}"
+        f"plasticity must be true/false or a table of {of} arguments; got "
+        f"{plasticity!r}"
     )
 
 
@@ -77,18 +83,46 @@ class SparseNet(Generic[Policy]):
     Arguments:
         name: the factory's name (`[net] name = ...`).
         policy: the policy class it builds.
-        rule: the plasticity rule class `plasticity = true` (or a table) builds.
+        rules: the plasticity rule classes by the name a `plasticity` table's
+            `rule` key gives; the first is the one `plasticity = true` (or a
+            table without `rule`) builds.
     """
 
     def __init__(
         self,
         name: str,
         policy: Callable[..., Policy],
-        rule: type[HebbianRule] | type[STDPRule],
+        rules: Mapping[str, Callable[..., Any]],
     ) -> None:
         self.__name__ = self.__qualname__ = name
         self.policy = policy
-        self.rule = rule
+        self.rules = dict(rules)
+
+    def rule_class(self, table: Mapping[str, Any]) -> Callable[..., Any]:
+        """The rule class a `plasticity` table names (its `rule` key; the
+        default without one).
+
+        Raises:
+            ValueError: an unknown rule name (the known ones listed).
+        """
+        if "rule" not in table:
+            return next(iter(self.rules.values()))
+        name = table["rule"]
+        if name not in self.rules:
+            known = ", ".join(map(repr, self.rules))
+            raise ValueError(
+                f"{self.__name__}: plasticity.rule must be one of {known}; got {name!r}"
+            )
+        return self.rules[name]
+
+    def _rule(self, plasticity: Any) -> Any:
+        kinds = " or ".join(getattr(k, "__name__", str(k)) for k in self.rules.values())
+        table = _plasticity_table(plasticity, kinds)
+        if table is None:
+            return None
+        kind = self.rule_class(table)
+        table.pop("rule", None)
+        return kind(**table)
 
     def __repr__(self) -> str:
         policy = getattr(self.policy, "__name__", self.policy)
@@ -119,8 +153,11 @@ class SparseNet(Generic[Policy]):
                 probability (`Topology.random`).
             num_edges: E_max (default: `Topology.default_num_edges`).
             self_connections: allow `i -> i` edges.
-            plasticity: `true` for the rule's defaults, or a table of its
-                arguments (e.g. `{ learning_rate = 0.01, trace_dtype = "float16" }`).
+            plasticity: `true` for the default rule's defaults, or a table of its
+                arguments (e.g. `{ learning_rate = 0.01, trace_dtype = "float16" }`);
+                a table's `rule` key picks another rule (`"backpropamine"`,
+                `"per_synapse_hebbian"` for `sparse_rate`), the rest are its
+                arguments.
             key: draws the topology, then the initial weights.
             options: the remaining arguments of the policy class (`layout`,
                 `tau`, ...).
@@ -148,7 +185,7 @@ class SparseNet(Generic[Policy]):
             obs_size,
             action_size,
             topology,
-            plasticity=_rule(self.rule, plasticity),
+            plasticity=self._rule(plasticity),
             key=weight_key,
             **options,
         )
@@ -158,7 +195,8 @@ class SparseNet(Generic[Policy]):
 
         The user's value where given, else the default: `fan_in` 8 unless
         `connection_prob` is set (then `fan_in` is left out), `num_edges` the
-        topology's E_max, `plasticity` false, or the rule's whole table. Options
+        topology's E_max, `plasticity` false, or the rule's whole table (its
+        `rule` key kept where the user wrote one, none for the default). Options
         without a value (`connection_prob`, `input_ids`, `output_ids` unset) are
         left out; `layout = "auto"` stays "auto". Building from the result gives
         the same network as building from `options`, and the result is its own
@@ -182,35 +220,112 @@ class SparseNet(Generic[Policy]):
         elif plasticity is True or isinstance(plasticity, Mapping):
             # the rule's whole table: its defaults (but unset ones), the user's values
             table = plasticity if isinstance(plasticity, Mapping) else {}
-            rule = {k: v for k, v in _defaults(self.rule).items() if v is not None}
+            defaults = _defaults(self.rule_class(table))
+            rule = {k: v for k, v in defaults.items() if v is not None}
             values["plasticity"] = rule | dict(table)
         # None means "unset" here (TOML cannot hold it), except inside a user's table
         return {k: _plain(v) for k, v in values.items() if v is not None}
 
 
-sparse_rate = SparseNet("sparse_rate", SparseRatePolicy, HebbianRule)
+sparse_rate = SparseNet(
+    "sparse_rate",
+    SparseRatePolicy,
+    {
+        "hebbian": HebbianRule,
+        "per_synapse_hebbian": PerSynapseHebbianRule,
+        "backpropamine": BackpropamineRule,
+    },
+)
 """`[net] name = "sparse_rate"`: a `SparseRatePolicy`; `plasticity` builds a
-`HebbianRule`."""
+`HebbianRule`, or with `rule = "per_synapse_hebbian"` a `PerSynapseHebbianRule`,
+with `rule = "backpropamine"` a `BackpropamineRule`."""
 
-sparse_lif = SparseNet("sparse_lif", SparseSpikingPolicy, STDPRule)
+sparse_lif = SparseNet(
+    "sparse_lif",
+    SparseSpikingPolicy,
+    {"stdp": STDPRule, "backpropamine": BackpropamineRule},
+)
 """`[net] name = "sparse_lif"`: a `SparseSpikingPolicy` (LIF units); `plasticity`
-builds an `STDPRule`."""
+builds an `STDPRule`, or with `rule = "backpropamine"` a `BackpropamineRule`."""
+
+
+def mlp(
+    obs_size: int,
+    action_size: int,
+    width: int = 32,
+    depth: int = 2,
+    activation: Callable[[Array], Array] = jnp.tanh,
+    final_activation: Callable[[Array], Array] = jnp.tanh,
+    plasticity: bool | Mapping[str, Any] | None = None,
+    *,
+    key: PRNGKey,
+) -> MLPPolicy | PlasticMLPPolicy:
+    """`[net] name = "mlp"`: an `MLPPolicy`, or with `plasticity` a
+    `PlasticMLPPolicy` (backpropamine).
+
+    Arguments:
+        obs_size, action_size, width, depth, activation, final_activation: as
+            `MLPPolicy`.
+        plasticity: off (None or false: exactly `MLPPolicy(..., key=key)`),
+            `true` for backpropamine's defaults, or a table of the plastic
+            arguments of `PlasticMLPPolicy` (e.g. `{ layers = [1], hebb_bound =
+            1.0, modulation = "retroactive" }`).
+        key: initialisation key.
+    """
+    table = _plasticity_table(plasticity, "PlasticMLPPolicy")
+    if table is None:
+        return MLPPolicy(
+            obs_size, action_size, width, depth, activation, final_activation, key=key
+        )
+    return PlasticMLPPolicy(
+        obs_size,
+        action_size,
+        width,
+        depth,
+        activation,
+        final_activation,
+        **table,
+        key=key,
+    )
+
+
+def _mlp_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """`mlp`'s effective options: its scalar defaults, the user's values, and
+    with plasticity on the whole table (`layers` listed); plasticity unset stays
+    unset, so a non-plastic MLP's config is what it was before plasticity."""
+    own = _defaults(mlp)
+    values: dict[str, Any] = {
+        k: v for k, v in own.items() if isinstance(v, bool | int | float)
+    }
+    values |= options
+    table = values.get("plasticity")
+    if table is True or isinstance(table, Mapping):
+        # the plastic arguments: those PlasticMLPPolicy takes beyond mlp's own
+        plastic = _defaults(PlasticMLPPolicy, _NOT_OPTIONS | set(own))
+        table = plastic | dict(table if isinstance(table, Mapping) else {})
+        if table["layers"] is None:
+            table["layers"] = list(range(values["depth"] + 1))
+        values["plasticity"] = table
+    return {k: _plain(v) for k, v in values.items() if v is not None}
 
 
 def effective_options(factory: Any, options: Mapping[str, Any]) -> dict[str, Any]:
-    """Every option of `sparse_rate` or `sparse_lif` with the value it takes.
+    """Every option of `sparse_rate`, `sparse_lif` or `mlp` with the value it takes.
 
-    See `SparseNet.effective_options`; the resolved config.toml of a run writes
-    these.
+    See `SparseNet.effective_options`; for `mlp`, its defaults and, with
+    plasticity on, the whole `PlasticMLPPolicy` table. The resolved config.toml
+    of a run writes these.
 
     Raises:
-        ValueError: `factory` is not a sparse network factory, or `options` give
+        ValueError: `factory` is not one of these factories, or `options` give
             both `fan_in` and `connection_prob`.
     """
+    if factory is mlp:
+        return _mlp_options(options)
     if not isinstance(factory, SparseNet):
         raise ValueError(
             "effective_options: factory must be sparse_rate or sparse_lif (a "
-            f"SparseNet); got {factory!r}"
+            f"SparseNet), or mlp; got {factory!r}"
         )
     return factory.effective_options(options)
 
@@ -219,6 +334,7 @@ __all__ = [
     "DEFAULT_FAN_IN",
     "SparseNet",
     "effective_options",
+    "mlp",
     "sparse_lif",
     "sparse_rate",
 ]

@@ -4,10 +4,11 @@ See docs/networks.md ("Plasticity") for the rules, reward modulation and 16-bit 
 """
 
 import abc
+import dataclasses
 import math
 import os
 import warnings
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import equinox as eqx
 import jax
@@ -17,8 +18,11 @@ from jax.typing import DTypeLike
 
 from .._checks import int_at_least, one_of, positive_number
 from .._types import Array, Float, Scalar, UInt32
+from .propagate import AbstractLayout
 
-Modulation = Literal["reward", "neuron"]
+Modulation = Literal["reward", "neuron", "none"]
+_Rule = TypeVar("_Rule", bound="AbstractRule")
+MODULATIONS: tuple[str, ...] = ("reward", "neuron", "none")
 TRACE_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
 
 
@@ -180,6 +184,13 @@ def three_factor_update(
     return jnp.where(mask, updated, jnp.zeros((), weights.dtype))
 
 
+def abcd_increment(
+    a: Array, b: Array, c: Array, d: Array, pre: Array, post: Array
+) -> Array:
+    """The ABCD Hebbian term `A pre post + B pre + C post + D` (broadcasting)."""
+    return a * pre * post + b * pre + c * post + d
+
+
 # -- rules ------------------------------------------------------------------------
 # Rules are dataclasses: each field is a constructor argument (the converters
 # check and normalise it), so a rule's TOML table is its list of fields.
@@ -218,7 +229,12 @@ def _reward_bound(value: Any) -> float | None:
     return None if value is None else positive_number("reward_bound", value)
 
 
-def _trace_decay(value: Any) -> float:
+def check_trace_decay(value: Any) -> float:
+    """`value` as a float, checked: an eligibility-trace decay lambda in [0, 1).
+
+    Raises:
+        ValueError: it is not in [0, 1).
+    """
     if not 0.0 <= value < 1.0:
         raise ValueError(f"trace_decay must be in [0, 1); got {value!r}")
     return float(value)
@@ -255,8 +271,9 @@ class AbstractRule(eqx.Module):
     Arguments:
         learning_rate: initial eta (evolvable).
         modulation: `"reward"` (m = the bounded reward from `reinforce` minus
-            its running average; see `reward_modulation`) or `"neuron"` (m = the
-            activity of neuron `modulator`).
+            its running average; see `reward_modulation`), `"neuron"` (m = the
+            activity of neuron `modulator`) or `"none"` (m = 1: plain Hebbian
+            learning, every step; not in the fused kernel).
         modulator: index of the neuromodulatory neuron (modulation="neuron").
         weight_bounds: plastic weights stay in `[low, high]`.
         trace_dtype: `"float32"`, `"float16"` or `"bfloat16"` (16-bit traces are
@@ -276,7 +293,7 @@ class AbstractRule(eqx.Module):
     reward_bound: float | None = _static(1.0, _reward_bound)
 
     def __check_init__(self) -> None:
-        one_of("modulation", self.modulation, ("reward", "neuron"))
+        one_of("modulation", self.modulation, MODULATIONS)
         if self.modulation == "neuron":
             name = (
                 "modulator (the neuromodulatory neuron, needed by modulation='neuron')"
@@ -293,11 +310,34 @@ class AbstractRule(eqx.Module):
 
     def step_modulation(self, previous: Array, activity: Array) -> Array:
         """m after a step: the modulator's activity `[N, ...]` with
-        modulation="neuron", else `previous` (the last reward's m)."""
+        modulation="neuron", 1 with "none", else `previous` (the last reward's m)."""
+        if self.modulation == "none":
+            return jnp.ones_like(previous)
         if self.modulation != "neuron":
             return previous
         assert self.modulator is not None
         return activity[self.modulator]
+
+    def for_edges(self: _Rule, num_edges: int) -> _Rule:
+        """The rule for a network of `num_edges` edge slots (per-edge
+        coefficients get that length); a rule with shared coefficients as is."""
+        del num_edges
+        return self
+
+    def in_native(self: _Rule, layout: AbstractLayout) -> _Rule:
+        """The rule with its per-edge coefficients in `layout`'s native shape,
+        population-last (`[E, B]` -> `[*native, B]`); shared ones as is."""
+        del layout
+        return self
+
+    def update(
+        self, weights: Array, trace: Array, modulation: Array, mask: Array
+    ) -> Array:
+        """The three-factor weight update `clip(w + eta m e, w_min, w_max)`
+        (`three_factor_update` with this rule's eta and bounds)."""
+        return three_factor_update(
+            weights, trace, modulation, self.learning_rate, self.weight_bounds, mask
+        )
 
 
 class HebbianRule(AbstractRule):
@@ -321,7 +361,7 @@ class HebbianRule(AbstractRule):
     c: Scalar = _coefficient(0.0)
     d: Scalar = _coefficient(0.0)
     learning_rate: Scalar = _coefficient(0.01, _learning_rate, kw_only=True)
-    trace_decay: float = _static(0.9, _trace_decay)
+    trace_decay: float = _static(0.9, check_trace_decay)
 
     def eligibility_decay(self, dt: float) -> float:
         del dt
@@ -329,7 +369,7 @@ class HebbianRule(AbstractRule):
 
     def increment(self, pre: Array, post: Array) -> Array:
         """`A pre post + B pre + C post + D` (broadcasting)."""
-        return self.a * pre * post + self.b * pre + self.c * post + self.d
+        return abcd_increment(self.a, self.b, self.c, self.d, pre, post)
 
 
 class STDPRule(AbstractRule):
@@ -443,8 +483,54 @@ def reward_modulation(
     return reward - expected, beta * baseline + (1.0 - beta) * reward
 
 
+# -- one step, population-last (a sparse policy's) ----------------------------------
+
+
+def plastic_step(
+    layout: AbstractLayout,
+    rule: AbstractRule,
+    plastic: PlasticState,
+    weights: Array,
+    increment: Array,
+    activity: Array,
+    dt: float,
+) -> PlasticState:
+    """One network step of a three-factor rule, population-last, in the layout's
+    native format: the eligibility traces take in `increment`; with modulation
+    "neuron" or "none" the weights are updated too (with "reward", in
+    `reinforce_step`)."""
+    bits = None
+    if plastic.trace.dtype != jnp.float32:
+        bits = random_bits(plastic.seed, plastic.step, layout.native_shape)
+    trace = update_trace(plastic.trace, increment, rule.eligibility_decay(dt), bits)
+    modulation = rule.step_modulation(plastic.modulation, activity)
+    if rule.modulation != "reward":  # "neuron" or "none": every step
+        weights = rule.update(
+            weights, trace, modulation, layout.native_mask()[..., None]
+        )
+    return plastic.advanced(weights, trace, modulation)
+
+
+def reinforce_step(layout: AbstractLayout, data: Any) -> PlasticState:
+    """The reward-modulated update, population-last: `data` is `(rule, reward,
+    plastic)`; returns the plastic state with the new weights, m and baseline
+    (a sparse policy's `reinforce`, through `population_last`)."""
+    rule, reward, plastic = data
+    rule = rule.in_native(layout)
+    # `reinforce` follows the step that advanced `plastic.step`: the rewards
+    # before this one number step - 1.
+    seen = jnp.maximum(plastic.step.astype(jnp.float32) - 1.0, 0.0)
+    modulation, baseline = reward_modulation(rule, reward, plastic.baseline, seen)
+    mask = layout.native_mask()[..., None]
+    weights = rule.update(plastic.weights, plastic.trace, modulation, mask)
+    return dataclasses.replace(
+        plastic, weights=weights, modulation=modulation, baseline=baseline
+    )
+
+
 __all__ = [
     "KEEP_ROUNDING_FLAG",
+    "MODULATIONS",
     "TRACE_DTYPES",
     "AbstractRule",
     "HebbianRule",
@@ -452,10 +538,14 @@ __all__ = [
     "PlasticState",
     "Rule",
     "STDPRule",
+    "abcd_increment",
     "bit_stream",
+    "check_trace_decay",
     "check_trace_dtype",
     "element_bits",
+    "plastic_step",
     "random_bits",
+    "reinforce_step",
     "reward_modulation",
     "round_between",
     "stochastic_round",

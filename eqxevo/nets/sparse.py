@@ -7,7 +7,7 @@ import abc
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -21,18 +21,24 @@ from .batching import population_last
 from .fused import PallasLayout
 from .layouts import make_layout
 from .neurons import LIFNeurons, RateNeurons
+from .per_synapse import PerSynapseHebbianRule
 from .plasticity import (
     AbstractRule,
     HebbianRule,
     PlasticState,
     STDPRule,
-    random_bits,
-    reward_modulation,
-    three_factor_update,
-    update_trace,
+    plastic_step,
+    reinforce_step,
 )
 from .propagate import AbstractLayout
+from .sparse_backpropamine import BackpropamineRule, BackpropamineState
 from .topology import Topology
+
+RateRule = HebbianRule | PerSynapseHebbianRule | BackpropamineRule
+"""The plasticity rules of `SparseRatePolicy`."""
+SpikingRule = STDPRule | BackpropamineRule
+"""The plasticity rules of `SparseSpikingPolicy`."""
+Plastic = PlasticState | BackpropamineState
 
 
 class SparseRateState(eqx.Module):
@@ -41,12 +47,13 @@ class SparseRateState(eqx.Module):
     Attributes:
         potential: `[N]` membrane potentials.
         rate: `[N]` rates, `tanh(potential)`.
-        plastic: `PlasticState` for a plastic network, else None.
+        plastic: `PlasticState` (three-factor rules) or `BackpropamineState`
+            for a plastic network, else None.
     """
 
     potential: Array
     rate: Array
-    plastic: PlasticState | None
+    plastic: Plastic | None
 
 
 class SparseSpikingState(eqx.Module):
@@ -57,8 +64,9 @@ class SparseSpikingState(eqx.Module):
         refractory: `[N]` int32 steps left in the refractory period.
         spikes: `[N]` this step's spikes (0.0 / 1.0).
         readout: `[action]` low-pass filtered spikes of the output neurons.
-        pre_trace, post_trace: `[N]` STDP spike traces (plastic only, else None).
-        plastic: `PlasticState` for a plastic network, else None.
+        pre_trace, post_trace: `[N]` STDP spike traces (STDP only, else None).
+        plastic: `PlasticState` (STDP) or `BackpropamineState` for a plastic
+            network, else None.
     """
 
     potential: Array
@@ -67,7 +75,7 @@ class SparseSpikingState(eqx.Module):
     readout: Array
     pre_trace: Array | None
     post_trace: Array | None
-    plastic: PlasticState | None
+    plastic: Plastic | None
 
 
 # -- shared helpers ---------------------------------------------------------------
@@ -113,13 +121,13 @@ def _read(values: Array, ids: tuple[int, ...]) -> Array:
     return values[jnp.asarray(ids)]
 
 
-def _check_rule(rule: AbstractRule | None, expected: type, num_neurons: int) -> None:
+def _check_rule(rule: Any, expected: tuple[type, ...], num_neurons: int) -> None:
     if rule is None:
         return
     if not isinstance(rule, expected):
+        names = ", ".join(t.__name__ for t in expected)
         raise TypeError(
-            f"plasticity must be a {expected.__name__} or None; got "
-            f"{type(rule).__name__}"
+            f"plasticity must be one of {names} or None; got {type(rule).__name__}"
         )
     if rule.modulator is not None and rule.modulator >= num_neurons:
         raise ValueError(
@@ -128,57 +136,27 @@ def _check_rule(rule: AbstractRule | None, expected: type, num_neurons: int) -> 
         )
 
 
+def _check_fusable(rule: Any, layout: AbstractLayout) -> None:
+    """The fused kernel runs `HebbianRule` and `STDPRule` with modulation "reward"
+    or "neuron"; any other rule on it is refused."""
+    if not isinstance(layout, PallasLayout) or rule is None:
+        return
+    if isinstance(rule, HebbianRule | STDPRule) and rule.modulation != "none":
+        return
+    what = type(rule).__name__
+    if isinstance(rule, AbstractRule):
+        what += f" with modulation={rule.modulation!r}"
+    raise ValueError(
+        f"layout='pallas' (the fused kernel) runs HebbianRule and STDPRule with "
+        f"modulation 'reward' or 'neuron'; got {what}: use layout 'auto', "
+        "'segment', 'gather' or 'dense'"
+    )
+
+
 def _split(policy: eqx.Module) -> tuple[Any, Any]:
     """Index leaves (integer/boolean arrays: the layout) vs everything else."""
     return eqx.partition(
         policy, lambda x: eqx.is_array(x) and not eqx.is_inexact_array(x)
-    )
-
-
-def _plastic_step(
-    layout: AbstractLayout,
-    rule: AbstractRule,
-    plastic: PlasticState,
-    weights: Array,
-    increment: Array,
-    activity: Array,
-    dt: float,
-) -> PlasticState:
-    """Advance the eligibility traces by `increment`, then apply a neuron-modulated
-    update (if configured); population-last, in the layout's native format."""
-    bits = None
-    if plastic.trace.dtype != jnp.float32:
-        bits = random_bits(plastic.seed, plastic.step, layout.native_shape)
-    trace = update_trace(plastic.trace, increment, rule.eligibility_decay(dt), bits)
-    modulation = rule.step_modulation(plastic.modulation, activity)
-    if rule.modulation == "neuron":
-        weights = three_factor_update(
-            weights,
-            trace,
-            modulation,
-            rule.learning_rate,
-            rule.weight_bounds,
-            layout.native_mask()[..., None],
-        )
-    return plastic.advanced(weights, trace, modulation)
-
-
-def _reinforce_trailing(layout: AbstractLayout, data: Any) -> PlasticState:
-    rule, reward, plastic = data
-    # `reinforce` follows the step that advanced `plastic.step`: the rewards
-    # before this one number step - 1.
-    seen = jnp.maximum(plastic.step.astype(jnp.float32) - 1.0, 0.0)
-    modulation, baseline = reward_modulation(rule, reward, plastic.baseline, seen)
-    weights = three_factor_update(
-        plastic.weights,
-        plastic.trace,
-        modulation,
-        rule.learning_rate,
-        rule.weight_bounds,
-        layout.native_mask()[..., None],
-    )
-    return dataclasses.replace(
-        plastic, weights=weights, modulation=modulation, baseline=baseline
     )
 
 
@@ -190,7 +168,7 @@ def _trailing_step(index: Any, data: Any) -> tuple[Array, Any]:
 
 # -- the shared part of both policies -------------------------------------------
 
-RuleT = TypeVar("RuleT", bound=AbstractRule)
+RuleT = TypeVar("RuleT", bound=AbstractRule | BackpropamineRule)
 
 
 class AbstractSparsePolicy(AbstractPolicy, Generic[RuleT]):
@@ -234,15 +212,20 @@ class AbstractSparsePolicy(AbstractPolicy, Generic[RuleT]):
         topology: Topology,
         layout: str,
         plasticity: RuleT | None,
-        rule_type: type[RuleT],
+        rule_types: tuple[type, ...],
         weight_scale: float,
         key: PRNGKey,
     ) -> None:
         """Set the layout, the rule and the initial weights (called by `__init__`)."""
         n = topology.num_neurons
-        _check_rule(plasticity, rule_type, n)
+        _check_rule(plasticity, rule_types, n)
+        if isinstance(plasticity, BackpropamineRule):
+            plasticity.modulator_id(n, self.action_size)  # raises if there is none
         self.layout = make_layout(topology, layout, plastic=plasticity is not None)
-        self.rule = plasticity
+        _check_fusable(plasticity, self.layout)
+        self.rule = (
+            None if plasticity is None else plasticity.for_edges(topology.num_edges)
+        )
         # weight_scale * N(0, 1) / sqrt(mean fan-in)
         fan_in = max(1.0, topology.num_active / n)
         scale = float(weight_scale) / math.sqrt(fan_in)
@@ -252,12 +235,14 @@ class AbstractSparsePolicy(AbstractPolicy, Generic[RuleT]):
     def num_neurons(self) -> int:
         return self.layout.num_neurons
 
-    def _initial_plastic(self, key: PRNGKey) -> PlasticState | None:
+    def _initial_plastic(self, key: PRNGKey) -> Plastic | None:
         """The plastic state at birth (None without a rule)."""
         layout, rule = self.layout, self.rule
-        if rule is None:
+        if rule is None or isinstance(rule, BackpropamineRule):
             del key
-            return None
+            spiking = isinstance(self, SparseSpikingPolicy)
+            n = self.num_neurons if spiking else None
+            return None if rule is None else rule.initial_state(layout, n)
         # the genome's weights, clipped into the rule's bounds; masked entries stay 0
         lo, hi = rule.weight_bounds
         native = jnp.clip(layout.native_weights(self.weights), lo, hi)
@@ -270,15 +255,23 @@ class AbstractSparsePolicy(AbstractPolicy, Generic[RuleT]):
             step=jnp.zeros((), jnp.uint32),
         )
 
-    def _step_weights(self, plastic: PlasticState | None) -> Array:
+    def _step_weights(self, plastic: Plastic | None) -> Array:
         """This step's native weights `[*native, B]` (population-last)."""
-        if plastic is not None:
+        if isinstance(plastic, PlasticState):
             return plastic.weights
         # Fixed weights depend on the genome alone, so inside a rollout's scan
         # they are loop invariant; the barrier keeps XLA from fusing the
         # conversion into the per-step propagation, so that it hoists it out of
         # the loop instead (the dense scatter cost more than the whole step).
-        return lax.optimization_barrier(self.layout.to_native(self.weights))
+        fixed = lax.optimization_barrier(self.layout.to_native(self.weights))
+        if plastic is None:
+            return fixed
+        return cast(BackpropamineRule, self.rule).weights(self.layout, fixed, plastic)
+
+    def _modulator(self) -> int:
+        """The backpropamine modulator neuron's id."""
+        rule = cast(BackpropamineRule, self.rule)
+        return rule.modulator_id(self.num_neurons, self.action_size)
 
     @abc.abstractmethod
     def _trailing_step(self, obs: Array, state: Any) -> tuple[Array, Any]:
@@ -293,13 +286,13 @@ class AbstractSparsePolicy(AbstractPolicy, Generic[RuleT]):
 
     def reinforce(self, reward: Scalar, state: Any) -> Any:
         rule, plastic = self.rule, state.plastic
-        if rule is None or rule.modulation != "reward" or plastic is None:
+        if not isinstance(rule, AbstractRule) or rule.modulation != "reward":
+            return state
+        if plastic is None:
             return state
         # Through population_last like the step itself: the plastic arrays are then
         # only ever touched population-last, and XLA keeps them in that layout.
-        update = population_last(
-            _reinforce_trailing, enabled=self.layout.population_last
-        )
+        update = population_last(reinforce_step, enabled=self.layout.population_last)
         plastic = update(self.layout, (rule, reward, plastic))
         return dataclasses.replace(state, plastic=plastic)
 
@@ -307,7 +300,7 @@ class AbstractSparsePolicy(AbstractPolicy, Generic[RuleT]):
 # -- rate network -------------------------------------------------------------------
 
 
-class SparseRatePolicy(AbstractSparsePolicy[HebbianRule]):
+class SparseRatePolicy(AbstractSparsePolicy[RateRule]):
     """A sparse recurrent network of leaky tanh rate units, optionally plastic.
 
     One step, from the rates `x` of the last one:
@@ -316,8 +309,10 @@ class SparseRatePolicy(AbstractSparsePolicy[HebbianRule]):
         v, x = RateNeurons.step(v, I)
         action = x[output_ids]                   (in [-1, 1])
 
-    and with a `HebbianRule`, the eligibility trace and three-factor update on
-    the plastic weights (in `reinforce` for modulation="reward").
+    and with a `HebbianRule` or `PerSynapseHebbianRule`, the eligibility trace
+    and three-factor update on the plastic weights (in `reinforce` for
+    modulation="reward"); with a `BackpropamineRule`, `W + alpha Hebb` for `W`
+    and the neuromodulated Hebbian update.
 
     Arguments:
         obs_size, action_size: observation and action sizes.
@@ -326,7 +321,8 @@ class SparseRatePolicy(AbstractSparsePolicy[HebbianRule]):
             `"segment"`, `"gather"`, `"dense"` or `"pallas"` (the fused kernel,
             `PallasLayout`). Results agree across layouts up to float rounding.
         tau, dt: initial time constant and step length of the rate units.
-        plasticity: a `HebbianRule`, or None for fixed weights.
+        plasticity: a `HebbianRule`, `PerSynapseHebbianRule` or
+            `BackpropamineRule`, or None for fixed weights.
         input_ids, output_ids: neurons receiving the observation / giving the
             action (default: the first `obs_size` / the last `action_size`).
         weight_scale: initial weights are `weight_scale * N(0, 1) / sqrt(fan-in)`.
@@ -339,7 +335,7 @@ class SparseRatePolicy(AbstractSparsePolicy[HebbianRule]):
     """
 
     neurons: RateNeurons
-    rule: HebbianRule | None
+    rule: RateRule | None
     layout: AbstractLayout
 
     def __init__(
@@ -351,7 +347,7 @@ class SparseRatePolicy(AbstractSparsePolicy[HebbianRule]):
         layout: str = "auto",
         tau: float = 2.0,
         dt: float = 1.0,
-        plasticity: HebbianRule | None = None,
+        plasticity: RateRule | None = None,
         input_ids: Sequence[int] | None = None,
         output_ids: Sequence[int] | None = None,
         weight_scale: float = 1.0,
@@ -359,7 +355,8 @@ class SparseRatePolicy(AbstractSparsePolicy[HebbianRule]):
     ):
         n = topology.num_neurons
         self._init_io(obs_size, action_size, input_ids, output_ids, n)
-        self._init_edges(topology, layout, plasticity, HebbianRule, weight_scale, key)
+        rules = (HebbianRule, PerSynapseHebbianRule, BackpropamineRule)
+        self._init_edges(topology, layout, plasticity, rules, weight_scale, key)
         self.neurons = RateNeurons(n, tau=tau, dt=dt)
         self.input_weight = jnp.ones(obs_size)
 
@@ -376,6 +373,9 @@ class SparseRatePolicy(AbstractSparsePolicy[HebbianRule]):
         layout, rule, x, plastic = self.layout, self.rule, state.rate, state.plastic
         weights = self._step_weights(plastic)
         if isinstance(layout, PallasLayout):
+            # only a HebbianRule is fused (`_check_fusable`)
+            assert rule is None or isinstance(rule, HebbianRule)
+            assert not isinstance(plastic, BackpropamineState)
             external = _external(x, self.input_weight * obs, self.input_ids)
             potential, rate, plastic = layout.rate_step(
                 self.neurons, rule, weights, state.potential, x, external, plastic
@@ -385,15 +385,24 @@ class SparseRatePolicy(AbstractSparsePolicy[HebbianRule]):
             )
         if plastic is None:
             current, pre = layout.currents(weights, x), None
+        elif isinstance(plastic, BackpropamineState):
+            # the currents as without plasticity (alpha = 0: the same bits)
+            current, pre = layout.currents(weights, x), layout.pre(x)
         else:
             current, pre = layout.currents_and_pre(weights, x)
         current = _inject(current, self.input_weight * obs, self.input_ids)
         potential, rate = self.neurons.step(state.potential, current)
         action = _read(rate, self.output_ids)
-        if plastic is not None:
+        if isinstance(rule, BackpropamineRule):
+            assert isinstance(plastic, BackpropamineState) and pre is not None
+            activity = rate[self._modulator()]
+            plastic = rule.step(layout, plastic, pre, layout.post(rate), activity)
+        elif plastic is not None:
             assert rule is not None and pre is not None
+            assert isinstance(plastic, PlasticState)
+            rule = rule.in_native(layout)
             increment = rule.increment(pre, layout.post(rate))
-            plastic = _plastic_step(
+            plastic = plastic_step(
                 layout, rule, plastic, weights, increment, rate, self.neurons.dt
             )
         return action, SparseRateState(potential, rate, plastic)
@@ -402,8 +411,9 @@ class SparseRatePolicy(AbstractSparsePolicy[HebbianRule]):
 # -- spiking network ----------------------------------------------------------------
 
 
-class SparseSpikingPolicy(AbstractSparsePolicy[STDPRule]):
-    """A sparse recurrent network of LIF units, optionally with STDP plasticity.
+class SparseSpikingPolicy(AbstractSparsePolicy[SpikingRule]):
+    """A sparse recurrent network of LIF units, optionally plastic (STDP or
+    backpropamine).
 
     One step, from the spikes `s` of the last one:
 
@@ -413,7 +423,9 @@ class SparseSpikingPolicy(AbstractSparsePolicy[STDPRule]):
         action = tanh(readout_weight * y + readout_bias)      (in [-1, 1])
 
     and with an `STDPRule`, the spike traces, eligibility traces and
-    three-factor update on the plastic weights.
+    three-factor update on the plastic weights; with a `BackpropamineRule`,
+    `W + alpha Hebb` for `W` and the neuromodulated Hebbian update from the
+    filtered spike trains.
 
     Arguments:
         obs_size, action_size: observation and action sizes.
@@ -422,7 +434,8 @@ class SparseSpikingPolicy(AbstractSparsePolicy[STDPRule]):
         tau, dt, threshold, reset, refractory_period: LIF parameters (see
             `LIFNeurons`; times in the unit of `dt`, default 1 ms).
         readout_tau: time constant of the output neurons' spike filter.
-        plasticity: an `STDPRule`, or None for fixed weights.
+        plasticity: an `STDPRule` or a `BackpropamineRule`, or None for fixed
+            weights.
         input_ids, output_ids: as for `SparseRatePolicy`.
         weight_scale: initial weights are `weight_scale * N(0, 1) / sqrt(fan-in)`.
         input_scale: initial input gain (observations are injected as current).
@@ -432,7 +445,7 @@ class SparseSpikingPolicy(AbstractSparsePolicy[STDPRule]):
     readout_weight: Float[Array, " action"]
     readout_bias: Float[Array, " action"]
     neurons: LIFNeurons
-    rule: STDPRule | None
+    rule: SpikingRule | None
     layout: AbstractLayout
     readout_decay: float = eqx.field(static=True)
 
@@ -449,7 +462,7 @@ class SparseSpikingPolicy(AbstractSparsePolicy[STDPRule]):
         reset: float = 0.0,
         refractory_period: float = 2.0,
         readout_tau: float = 20.0,
-        plasticity: STDPRule | None = None,
+        plasticity: SpikingRule | None = None,
         input_ids: Sequence[int] | None = None,
         output_ids: Sequence[int] | None = None,
         weight_scale: float = 1.0,
@@ -459,7 +472,8 @@ class SparseSpikingPolicy(AbstractSparsePolicy[STDPRule]):
         n = topology.num_neurons
         self._init_io(obs_size, action_size, input_ids, output_ids, n)
         readout_tau = positive_number("readout_tau", readout_tau)
-        self._init_edges(topology, layout, plasticity, STDPRule, weight_scale, key)
+        rules = (STDPRule, BackpropamineRule)
+        self._init_edges(topology, layout, plasticity, rules, weight_scale, key)
         self.neurons = LIFNeurons(
             n,
             tau=tau,
@@ -476,12 +490,10 @@ class SparseSpikingPolicy(AbstractSparsePolicy[STDPRule]):
 
     def initial_state(self, key: PRNGKey) -> SparseSpikingState:
         n = self.num_neurons
-        plastic = pre = post = None
-        if self.rule is not None:
-            plastic = self._initial_plastic(key)
+        pre = post = None
+        if isinstance(self.rule, STDPRule):
             pre, post = jnp.zeros(n), jnp.zeros(n)  # the STDP spike traces
-        else:
-            del key
+        plastic = self._initial_plastic(key)
         return SparseSpikingState(
             potential=jnp.zeros(n),
             refractory=jnp.zeros(n, jnp.int32),
@@ -501,6 +513,9 @@ class SparseSpikingPolicy(AbstractSparsePolicy[STDPRule]):
         pre_trace, post_trace = state.pre_trace, state.post_trace
         fused = isinstance(layout, PallasLayout)
         if fused:
+            # only an STDPRule is fused (`_check_fusable`)
+            assert rule is None or isinstance(rule, STDPRule)
+            assert not isinstance(plastic, BackpropamineState)
             external = _external(state.spikes, self.input_weight * obs, self.input_ids)
             potential, refractory, spikes, plastic = layout.spiking_step(
                 neurons,
@@ -523,8 +538,13 @@ class SparseSpikingPolicy(AbstractSparsePolicy[STDPRule]):
         decay = self.readout_decay
         readout = decay * state.readout + (1.0 - decay) * _read(spikes, self.output_ids)
         action = jnp.tanh(self.readout_weight * readout + self.readout_bias)
-        if plastic is not None:
-            assert rule is not None
+        if isinstance(rule, BackpropamineRule):
+            assert isinstance(plastic, BackpropamineState)
+            plastic = rule.spiking_step(
+                layout, plastic, spikes, decay, self._modulator()
+            )
+        elif plastic is not None:
+            assert isinstance(rule, STDPRule) and isinstance(plastic, PlasticState)
             assert pre_trace is not None and post_trace is not None
             dt = neurons.dt
             if not fused:  # the kernel has updated the traces (and weights) already
@@ -534,7 +554,7 @@ class SparseSpikingPolicy(AbstractSparsePolicy[STDPRule]):
                     layout.post(post_trace),
                     layout.post(spikes),
                 )
-                plastic = _plastic_step(
+                plastic = plastic_step(
                     layout, rule, plastic, weights, increment, spikes, dt
                 )
             # the increment above read the spike traces from before this step's
