@@ -31,13 +31,15 @@ except ImportError as _error:  # pragma: no cover - exercised without the extra
 def _make(name: str) -> tuple[Any, Any]:
     # One gymnax object per name, so every GymnaxEnv(name) hashes alike and
     # shares compiled programs.
-    try:
-        return gymnax.make(name)
-    except (ValueError, KeyError) as err:
+    if name not in gymnax.registered_envs:
         raise ValueError(
             f"unknown gymnax environment {name!r}; gymnax registers "
             f"{sorted(gymnax.registered_envs)}"
-        ) from err
+        )
+    # Some constructors (MetaMaze's) mix Python floats and int32 arrays: gymnax
+    # is not written for strict promotion, as in reset and step below.
+    with jax.numpy_dtype_promotion("standard"):
+        return gymnax.make(name)
 
 
 def _strong(tree: Any) -> Any:
