@@ -2,7 +2,7 @@
 
 import difflib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -81,8 +81,21 @@ def did_you_mean(
     return f" (did you mean {', '.join(named)}?)"
 
 
+def dotted_keys(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested tables as one level of dotted keys: `{"run": {"seed": 0}}` and
+    `{"run.seed": 0}` both give the latter (config keys, leaf paths)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            out.update(dotted_keys(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 __all__ = [
     "did_you_mean",
+    "dotted_keys",
     "int_at_least",
     "one_of",
     "optional_positive_int",

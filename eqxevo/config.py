@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._checks import did_you_mean
+from ._checks import did_you_mean, dotted_keys
 
 
 class ConfigError(ValueError):
@@ -60,21 +60,10 @@ def check_resumable(overrides: Iterable[str]) -> None:
 
 def differences(a: "Experiment", b: "Experiment") -> list[str]:
     """The dotted keys whose values differ between two experiments, sorted."""
-    flat_a, flat_b = flatten(to_dict(a)), flatten(to_dict(b))
+    flat_a, flat_b = dotted_keys(to_dict(a)), dotted_keys(to_dict(b))
     return sorted(
         k for k in set(flat_a) | set(flat_b) if flat_a.get(k) != flat_b.get(k)
     )
-
-
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested tables as one level of dotted keys (`{"run.seed": 0, ...}`)."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, Mapping):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _spec(

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from ._checks import did_you_mean, positive_number
+from ._checks import did_you_mean, dotted_keys, positive_number
 from ._types import Array, FlatGenome, FlatPopulation, Float, Genome, Population
 
 
@@ -35,20 +35,6 @@ def leaf_path(path: tuple[Any, ...]) -> str:
         else:
             parts.append(str(entry))
     return ".".join(parts)
-
-
-def dotted_table(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested tables as one level of dotted keys: `{"rule": {"learning_rate":
-    0.01}}` and `{"rule.learning_rate": 0.01}` both give the latter."""
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        if not isinstance(key, str):
-            raise TypeError(f"leaf_scales: keys are leaf paths (str); got {key!r}")
-        if isinstance(value, Mapping):
-            out.update(dotted_table(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _covers(key: str, path: str) -> bool:
@@ -76,7 +62,10 @@ def leaf_scale_vector(
             "leaf_scales: expected a mapping of leaf paths to scales, e.g. "
             f'{{"rule.learning_rate": 0.01}}; got {type(leaf_scales).__name__}'
         )
-    table = dotted_table(leaf_scales)
+    for key in leaf_scales:
+        if not isinstance(key, str):
+            raise TypeError(f"leaf_scales: keys are leaf paths (str); got {key!r}")
+    table = dotted_keys(leaf_scales)
     if not table:
         return None
     for key, value in table.items():

@@ -10,8 +10,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from .. import config as config_module
-from .._checks import did_you_mean
+from .._checks import did_you_mean, dotted_keys
 from ..config import ConfigError, Experiment
 
 
@@ -267,7 +266,7 @@ def parse_arms(
 
 def forbidden(experiment: Mapping[str, Any], source: str) -> list[str]:
     """`[run] seed` and the like in the experiment tables: refused as in an arm."""
-    flat = config_module.flatten({k: v for k, v in experiment.items() if k in SECTIONS})
+    flat = dotted_keys({k: v for k, v in experiment.items() if k in SECTIONS})
     return [
         f"[{key.split('.')[0]}] in {source}: {key!r} cannot be set in a study: "
         f"{FORBIDDEN[key]}"
