@@ -139,6 +139,34 @@ def mlp_regression(mlp, key):
     return -jnp.mean((jax.vmap(mlp)(xs) - targets) ** 2)
 
 
+class Stranger(eqx.Module):
+    """Every kind of leaf at once: an eqx.nn.MLP, a float vector and an integer
+    leaf (static, shared by the population)."""
+
+    mlp: eqx.nn.MLP
+    x: jax.Array
+    index: jax.Array
+
+    def __init__(self, dim=5):
+        self.mlp = mlp_genome()
+        self.x = jnp.linspace(-1.0, 1.0, dim)
+        self.index = jnp.arange(dim, dtype=jnp.int32)
+
+
+def stranger_fitness(genome, key):
+    """All of the above in one fitness: the MLP's noisy regression (dots, tanh, a
+    mean), Rosenbrock's multiply-adds and sum, and `transcendental` (exp, log1p,
+    sin, tanh, max, noise) with its aux pytree."""
+    regression_key, rosenbrock_key, transcendental_key = jr.split(key, 3)
+    value, aux = transcendental(genome, transcendental_key)
+    value = (
+        value
+        + mlp_regression(genome.mlp, regression_key)
+        - 0.01 * rosenbrock(genome, rosenbrock_key)
+    )
+    return value, aux
+
+
 # -- small experiments (`eqxevo run` through the Python API and the CLI) ----------
 
 SMALL_EXPERIMENT = [

@@ -47,8 +47,9 @@ def test_flax_and_equinox_policies_take_the_same_action(name, key):
     def eqxevo_action(obs):
         return env.to_gymnax_action(mlp(env.to_observation(obs), None)[0])
 
-    ours = jax.vmap(eqxevo_action)(raw)
-    theirs = jax.vmap(evosax_action)(raw)
+    # compiled, as both run in their loops
+    ours = jax.jit(jax.vmap(eqxevo_action))(raw)
+    theirs = jax.jit(jax.vmap(evosax_action))(raw)
     assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
     if env.discrete:
         # a different action on a near-tie of two outputs would be legitimate;

@@ -34,22 +34,42 @@ def sets(items):
     return [arg for item in items for arg in ("--set", item)]
 
 
-def test_run_resume_and_plot_from_the_command_line(tmp_path):
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """One run made from the command line and shared by the tests of `run`,
+    `resume`, `plot` and `eval`: `run` (4 generations, 6 held-out lifetimes),
+    `resume` to 6 generations, then `plot`. Returns the run directory and the
+    three commands' results."""
+    out = tmp_path_factory.mktemp("cli")
     runner = CliRunner()
-    result = runner.invoke(
-        main, ["run", *sets(SMALL), "--out", str(tmp_path), "--name", "r", "--quiet"]
+    ran = runner.invoke(
+        main,
+        [
+            "run",
+            *sets([*SMALL, "run.eval_episodes=6"]),
+            "--out",
+            str(out),
+            "--name",
+            "r",
+            "--quiet",
+        ],
     )
-    assert result.exit_code == 0, result.output
-    assert result.output.startswith("held-out fitness of the distribution mean ")
-    assert "best training fitness" in result.output
-    result = runner.invoke(
-        main, ["resume", str(tmp_path / "r"), "--set", "run.generations=6", "--quiet"]
+    assert ran.exit_code == 0, ran.output
+    resumed = runner.invoke(
+        main, ["resume", str(out / "r"), "--set", "run.generations=6", "--quiet"]
     )
-    assert result.exit_code == 0, result.output
-    assert "after 6 generations" in result.output
-    result = runner.invoke(main, ["plot", str(tmp_path / "r")])
-    assert result.exit_code == 0, result.output
-    assert (tmp_path / "r/trajectory.png").read_bytes()[:4] == b"\x89PNG"
+    assert resumed.exit_code == 0, resumed.output
+    plotted = runner.invoke(main, ["plot", str(out / "r")])
+    return out / "r", ran, resumed, plotted
+
+
+def test_run_resume_and_plot_from_the_command_line(cli_run):
+    run_dir, ran, resumed, plotted = cli_run
+    assert ran.output.startswith("held-out fitness of the distribution mean ")
+    assert "best training fitness" in ran.output
+    assert "after 6 generations" in resumed.output
+    assert plotted.exit_code == 0, plotted.output
+    assert (run_dir / "trajectory.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_run_errors_are_messages_not_tracebacks(tmp_path):
@@ -89,18 +109,35 @@ def test_every_command_has_help_with_an_example():
     assert "run.eval_episodes = 32  # int >= 1; held-out lifetimes" in text
 
 
+# -- interrupts at every moment -------------------------------------------------------
+
+LONG = [
+    "net.name=mlp",
+    "net.options.width=8",
+    "net.options.depth=1",
+    "strategy.population_size=32",
+    "run.lifetime=1000",
+    "run.generations=60",
+    "run.chunk_seconds=0.3",
+    "run.checkpoint_every=4",
+]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """`LONG` run from start to end without a stop: the run a stopped or killed
+    run, resumed, must equal (shared by the two tests below)."""
+    out = tmp_path_factory.mktemp("uninterrupted")
+    full = CliRunner().invoke(
+        main, ["run", *sets(LONG), "--out", str(out), "--name", "full", "--quiet"]
+    )
+    assert full.exit_code == 0, full.output
+    return out / "full"
+
+
 @pytest.mark.slow
-def test_sigkill_mid_run_then_resume_equals_uninterrupted_run(tmp_path):
-    items = [
-        "net.name=mlp",
-        "net.options.width=16",
-        "strategy.population_size=32",
-        "run.lifetime=1000",
-        "run.generations=40",
-        "run.chunk_size=2",
-        "run.checkpoint_every=4",
-    ]
-    command = [sys.executable, "-m", "eqxevo.cli", "run", *sets(items), "--quiet"]
+def test_sigkill_mid_run_then_resume_equals_uninterrupted_run(tmp_path, uninterrupted):
+    command = [sys.executable, "-m", "eqxevo.cli", "run", *sets(LONG), "--quiet"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     killed = subprocess.Popen(
         [*command, "--out", str(tmp_path), "--name", "killed"], env=env
@@ -115,7 +152,7 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted_run(tmp_path):
     killed.send_signal(signal.SIGKILL)
     assert killed.wait() == -signal.SIGKILL, "the run finished before it was killed"
     latest = Checkpointer(checkpoints).latest()
-    assert latest is not None and latest < 40
+    assert latest is not None and latest < 60
 
     resumed = subprocess.run(
         [
@@ -134,13 +171,6 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted_run(tmp_path):
         text=True,
     )
     assert resumed.returncode == 0, resumed.stderr
-    full = subprocess.run(
-        [*command, "--out", str(tmp_path), "--name", "full"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert full.returncode == 0, full.stderr
 
     # Fitness statistics and the strategy state are bit-identical across device
     # counts; an aux summary computed inside the lifetime (L0's mean distance)
@@ -152,9 +182,9 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted_run(tmp_path):
     ]
     full_log = [
         json.loads(line)
-        for line in (tmp_path / "full/metrics.jsonl").read_text().splitlines()
+        for line in (uninterrupted / "metrics.jsonl").read_text().splitlines()
     ]
-    assert len(killed_log) == len(full_log) == 40
+    assert len(killed_log) == len(full_log) == 60
     for a, b in zip(killed_log, full_log, strict=True):
         assert a.keys() == b.keys()
         for k in a:
@@ -162,27 +192,15 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted_run(tmp_path):
                 assert a[k] == pytest.approx(b[k], rel=1e-6, abs=1e-12), k
             else:
                 assert a[k] == b[k], k
-    like = experiment.build(config.load(tmp_path / "full/config.toml")).initial_state()
+    like = experiment.build(config.load(uninterrupted / "config.toml")).initial_state()
     states = []
-    for name in ("killed", "full"):
-        ckpt = Checkpointer(tmp_path / name / "checkpoints")
-        states.append(ckpt.restore(like, ckpt.experiment(40))[1])
+    for run_dir in (tmp_path / "killed", uninterrupted):
+        ckpt = Checkpointer(run_dir / "checkpoints")
+        states.append(ckpt.restore(like, ckpt.experiment(60))[1])
         ckpt.close()
     assert tree_equal(*states)
 
 
-# -- interrupts at every moment -------------------------------------------------------
-
-LONG = [
-    "net.name=mlp",
-    "net.options.width=8",
-    "net.options.depth=1",
-    "strategy.population_size=32",
-    "run.lifetime=1000",
-    "run.generations=60",
-    "run.chunk_seconds=0.3",
-    "run.checkpoint_every=4",
-]
 SAVED = re.compile(r"^checkpoint at generation (\d+) saved; `eqxevo resume (.+)`$")
 
 
@@ -200,6 +218,12 @@ def _checkpoint_tmp(run_dir):
     return any(".orbax-checkpoint-tmp" in p.name for p in run_dir.glob("checkpoints/*"))
 
 
+def _xla_compiling_the_chunk(stderr_text):
+    """Whether XLA has begun to compile the chunk program (the log line JAX writes
+    with JAX_LOG_COMPILES=1 when its lowering is done and compilation starts)."""
+    return "Finished jaxpr to MLIR module conversion jit(run_chunk)" in stderr_text
+
+
 def _metrics_lines(run_dir):
     path = run_dir / "metrics.jsonl"
     return path.read_text().count("\n") if path.exists() else 0
@@ -209,7 +233,7 @@ def _metrics_lines(run_dir):
 MOMENTS = [
     ("at-start", [signal.SIGTERM], lambda p, d, e: _handles_sigterm(p.pid)),
     ("tracing", [signal.SIGINT], lambda p, d, e: "compiling..." in e),
-    ("compiling", [signal.SIGTERM], lambda p, d, e: "compiling..." in e, 4.0),
+    ("compiling", [signal.SIGTERM], lambda p, d, e: _xla_compiling_the_chunk(e)),
     ("first-chunk", [signal.SIGINT], lambda p, d, e: "compiled in" in e),
     ("running", [signal.SIGTERM], lambda p, d, e: _metrics_lines(d) >= 6),
     ("running-late", [signal.SIGINT], lambda p, d, e: _metrics_lines(d) >= 20),
@@ -219,23 +243,30 @@ MOMENTS = [
 
 
 def _interrupt(tmp_path, moment):
-    name, signals, when, *delay = moment
+    name, signals, when = moment
     run_dir = tmp_path / name
     err_path = tmp_path / f"{name}.err"
     command = [sys.executable, "-m", "eqxevo.cli", "run", *sets(LONG)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if name == "compiling":
+        # Its signal lands while XLA compiles the chunk program, which JAX's
+        # compile log says has begun; compiled afresh, from a cache of its own
+        # (empty), not the shared one, where `uninterrupted` or the SIGKILL test
+        # may have left the program ready to load at once.
+        env["JAX_LOG_COMPILES"] = "1"
+        env["JAX_COMPILATION_CACHE_DIR"] = str(tmp_path / "cold-cache")
     with err_path.open("w") as err:
         process = subprocess.Popen(
             [*command, "--out", str(tmp_path), "--name", name],
             stdout=subprocess.DEVNULL,
             stderr=err,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            env=env,
         )
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and process.poll() is None:
             if when(process, run_dir, err_path.read_text()):
                 break
             time.sleep(0.002)
-        time.sleep(delay[0] if delay else 0.0)
         for k, signum in enumerate(signals):
             if k:
                 time.sleep(0.05)
@@ -246,7 +277,9 @@ def _interrupt(tmp_path, moment):
 
 
 @pytest.mark.slow
-def test_signals_at_every_moment_end_cleanly_with_a_true_message(tmp_path):
+def test_signals_at_every_moment_end_cleanly_with_a_true_message(
+    tmp_path, uninterrupted
+):
     """Ctrl-C/SIGTERM while starting, tracing, compiling, running and saving: the
     exit is 130/143 (never a signal death), the last line is true, and a run
     stopped mid-way resumes to the uninterrupted run's metrics."""
@@ -288,12 +321,8 @@ def test_signals_at_every_moment_end_cleanly_with_a_true_message(tmp_path):
 
     resumed = CliRunner().invoke(main, ["resume", str(running), "--quiet"])
     assert resumed.exit_code == 0, resumed.output
-    full = CliRunner().invoke(
-        main, ["run", *sets(LONG), "--out", str(tmp_path), "--name", "full", "--quiet"]
-    )
-    assert full.exit_code == 0, full.output
     assert (running / "metrics.jsonl").read_text() == (
-        tmp_path / "full/metrics.jsonl"
+        uninterrupted / "metrics.jsonl"
     ).read_text()
     summary = json.loads((running / "summary.json").read_text())
     assert [s["status"] for s in summary["segments"]] == ["stopped", "complete"]
@@ -527,22 +556,9 @@ def test_a_population_of_ten_million_is_refused_fast_without_a_traceback(tmp_pat
 
 
 @pytest.fixture(scope="module")
-def evaluated_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("eval")
-    result = CliRunner().invoke(
-        main,
-        [
-            "run",
-            *sets([*SMALL, "run.eval_episodes=6"]),
-            "--out",
-            str(out),
-            "--name",
-            "r",
-            "--quiet",
-        ],
-    )
-    assert result.exit_code == 0, result.output
-    return out / "r"
+def evaluated_run(cli_run):
+    """A finished run with 6 held-out lifetimes (`cli_run`'s)."""
+    return cli_run[0]
 
 
 def _eval(*args):

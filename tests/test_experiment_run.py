@@ -21,51 +21,74 @@ from eqxevo.metrics import Progress
 from eqxevo.plots import fitness_figure
 
 
-def test_run_writes_the_run_directory(tmp_path):
-    summary = experiment.run_experiment(small(), tmp_path / "r", quiet=True)
+@pytest.fixture(scope="module")
+def six(tmp_path_factory):
+    """`small()` run uninterrupted for its 6 generations, with its progress shown:
+    `(run directory, summary, progress text)`. Tests that change a run work on a
+    copy (`_copy`)."""
+    run_dir = tmp_path_factory.mktemp("six") / "r"
+    out = io.StringIO()
+    summary = experiment.run_experiment(small(), run_dir, stream=out)
+    return run_dir, summary, out.getvalue()
+
+
+def _copy(six, folder: Path) -> Path:
+    """A copy of the `six` fixture's run directory in `folder`."""
+    return Path(shutil.copytree(six[0], folder / "r"))
+
+
+def test_run_writes_the_run_directory(six):
+    run_dir, summary, _ = six
     for name in ("config.toml", "metrics.jsonl", "fitness.png", "best_genome.eqx"):
-        assert (tmp_path / "r" / name).exists(), name
+        assert (run_dir / name).exists(), name
     records = [
-        json.loads(x) for x in (tmp_path / "r/metrics.jsonl").read_text().splitlines()
+        json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()
     ]
     assert [r["generation"] for r in records] == list(range(6))
     assert summary["generations"] == 6 and not summary["interrupted"]
-    assert (
-        config.load(tmp_path / "r/config.toml") == experiment.build(small()).experiment
-    )
-    built, genome = experiment.load_genome(tmp_path / "r")
+    assert config.load(run_dir / "config.toml") == experiment.build(small()).experiment
+    built, genome = experiment.load_genome(run_dir)
     fitness, _ = built.fitness(genome, jax.random.key(0))
     assert jax.numpy.isfinite(fitness)
 
 
-def test_resume_equals_uninterrupted_run(tmp_path):
-    experiment.run_experiment(small(), tmp_path / "full", quiet=True)
-    experiment.run_experiment(small("run.generations=4"), tmp_path / "part", quiet=True)
-    experiment.resume_run(tmp_path / "part", ("run.generations=6",), quiet=True)
-    full = (tmp_path / "full/metrics.jsonl").read_text()
-    assert (tmp_path / "part/metrics.jsonl").read_text() == full
+def test_resume_equals_uninterrupted_run_and_the_summary_accumulates(tmp_path, six):
+    # A run of 4 generations extended to 6 equals the uninterrupted run; its
+    # summary.json counts both segments, and resuming it once more (finished
+    # already) changes nothing.
+    full_dir = six[0]
+    part = tmp_path / "part"
+    experiment.run_experiment(small("run.generations=4"), part, quiet=True)
+    experiment.resume_run(part, ("run.generations=6",), quiet=True)
+    full = (full_dir / "metrics.jsonl").read_text()
+    assert (part / "metrics.jsonl").read_text() == full
     like = experiment.build(small()).initial_state()
-    g_full, s_full = final_state(tmp_path / "full", like)
-    g_part, s_part = final_state(tmp_path / "part", like)
+    g_full, s_full = final_state(full_dir, like)
+    g_part, s_part = final_state(part, like)
     assert g_full == g_part == 6 and tree_equal(s_full, s_part)
 
-
-def test_num_seeds_runs_and_records_every_seed(tmp_path):
-    experiment.run_experiment(
-        small("run.num_seeds=2", "run.generations=2"), tmp_path / "s", quiet=True
+    before = (part / "summary.json").read_text()
+    out = io.StringIO()
+    again = experiment.resume_run(part, quiet=True, stream=out)  # finished already
+    assert "is complete at generation 6" in out.getvalue()
+    assert (part / "summary.json").read_text() == before
+    summary = json.loads(before)
+    segments = summary["segments"]
+    assert [(s["from_generation"], s["to_generation"]) for s in segments] == [
+        (0, 4),
+        (4, 6),
+    ]
+    steps = 8 * 40  # P * T
+    assert [s["agent_steps"] for s in segments] == [4 * steps, 2 * steps]
+    assert summary["agent_steps"] == 6 * steps
+    assert summary["wall_time_s"] == pytest.approx(
+        sum(s["wall_time_s"] for s in segments), abs=2e-3
     )
-    records = [
-        json.loads(x) for x in (tmp_path / "s/metrics.jsonl").read_text().splitlines()
-    ]
-    assert [(r["generation"], r["seed"]) for r in records] == [
-        (0, 0),
-        (0, 1),
-        (1, 0),
-        (1, 1),
-    ]
+    assert summary["num_segments"] == 2 and summary["generations"] == 6
+    assert summary["complete"] and again["agent_steps"] == 6 * steps
 
 
-def test_interrupt_checkpoints_the_last_complete_chunk(tmp_path, monkeypatch):
+def test_interrupt_checkpoints_the_last_complete_chunk(tmp_path, monkeypatch, six):
     # Ctrl-C arrives while the host shows the second chunk's progress (its
     # records are written): that chunk's state is saved, and nothing is lost.
     calls = {"n": 0}
@@ -84,31 +107,29 @@ def test_interrupt_checkpoints_the_last_complete_chunk(tmp_path, monkeypatch):
     assert Checkpointer(tmp_path / "i/checkpoints").latest() == 4
     monkeypatch.setattr(Progress, "update", real_update)
     experiment.resume_run(tmp_path / "i", quiet=True)
-    experiment.run_experiment(exp, tmp_path / "u", quiet=True)
+    # the uninterrupted run (checkpoints do not change the records)
     assert (tmp_path / "i/metrics.jsonl").read_text() == (
-        tmp_path / "u/metrics.jsonl"
+        six[0] / "metrics.jsonl"
     ).read_text()
 
 
-def test_resume_rejects_trajectory_changes(tmp_path):
-    experiment.run_experiment(small("run.generations=2"), tmp_path / "r", quiet=True)
+def test_resume_rejects_trajectory_changes(tmp_path, six):
+    run_dir = _copy(six, tmp_path)
     with pytest.raises(ConfigError, match="can only change"):
-        experiment.resume_run(
-            tmp_path / "r", ("strategy.population_size=16",), quiet=True
-        )
+        experiment.resume_run(run_dir, ("strategy.population_size=16",), quiet=True)
     # a config edited by hand is caught by the checkpoint
-    text = (tmp_path / "r/config.toml").read_text().replace("seed = 0", "seed = 1")
-    (tmp_path / "r/config.toml").write_text(text)
+    text = (run_dir / "config.toml").read_text().replace("seed = 0", "seed = 1")
+    (run_dir / "config.toml").write_text(text)
     with pytest.raises(
         CheckpointError, match=r"run.seed: checkpoint has 0, config has 1"
     ):
-        experiment.resume_run(tmp_path / "r", quiet=True)
+        experiment.resume_run(run_dir, quiet=True)
 
 
-def test_new_run_refuses_an_existing_run_directory(tmp_path):
-    experiment.run_experiment(small("run.generations=2"), tmp_path / "r", quiet=True)
+def test_new_run_refuses_an_existing_run_directory(tmp_path, six):
+    run_dir = _copy(six, tmp_path)
     with pytest.raises(experiment.RunDirError, match="eqxevo resume"):
-        experiment.run_experiment(small(), tmp_path / "r", quiet=True)
+        experiment.run_experiment(small(), run_dir, quiet=True)
     with pytest.raises(experiment.RunDirError, match="holds no run"):
         experiment.resume_run(tmp_path / "nothing", quiet=True)
 
@@ -171,10 +192,9 @@ def reference(tmp_path_factory):
     ids=["truncated", "missing-file", "flipped-bytes", "no-checksum", "other-shapes"],
 )
 def test_damaged_newest_checkpoint_falls_back_and_ends_bit_identical(
-    tmp_path, reference, damage
+    tmp_path, reference, six, damage
 ):
-    run_dir = tmp_path / "r"
-    experiment.run_experiment(small("run.generations=6"), run_dir, quiet=True)
+    run_dir = _copy(six, tmp_path)  # a 6-generation run
     assert Checkpointer(run_dir / "checkpoints").generations() == [2, 4, 6]
     damage(run_dir / "checkpoints" / "6")
     out = io.StringIO()
@@ -190,15 +210,15 @@ def test_damaged_newest_checkpoint_falls_back_and_ends_bit_identical(
     assert (run_dir / "damaged-checkpoints" / "6").is_dir()
 
 
-def test_no_good_checkpoint_is_one_clear_error(tmp_path):
-    run_dir = tmp_path / "r"
-    experiment.run_experiment(small("run.generations=4"), run_dir, quiet=True)
-    for step in (2, 4):
+def test_no_good_checkpoint_is_one_clear_error(tmp_path, six):
+    run_dir = _copy(six, tmp_path)
+    for step in (2, 4, 6):
         _truncate(run_dir / "checkpoints" / str(step))
     with pytest.raises(CheckpointError) as info:
         experiment.resume_run(run_dir, quiet=True)
     message = str(info.value)
     assert message.startswith(f"no checkpoint in {run_dir.resolve()}/checkpoints ")
+    assert "generation 6: its state cannot be read" in message
     assert "generation 4: its state cannot be read" in message
     assert "generation 2: its state cannot be read" in message
     assert "\n" not in message
@@ -228,31 +248,6 @@ def test_same_name_after_a_run_that_saved_no_checkpoint_just_works(
         experiment.run_experiment(small(), tmp_path / "r", quiet=True)
 
 
-def test_summary_accumulates_across_resumes(tmp_path):
-    run_dir = tmp_path / "r"
-    experiment.run_experiment(small("run.generations=4"), run_dir, quiet=True)
-    experiment.resume_run(run_dir, ("run.generations=6",), quiet=True)
-    before = (run_dir / "summary.json").read_text()
-    out = io.StringIO()
-    again = experiment.resume_run(run_dir, quiet=True, stream=out)  # finished already
-    assert "is complete at generation 6" in out.getvalue()
-    assert (run_dir / "summary.json").read_text() == before
-    summary = json.loads(before)
-    segments = summary["segments"]
-    assert [(s["from_generation"], s["to_generation"]) for s in segments] == [
-        (0, 4),
-        (4, 6),
-    ]
-    steps = 8 * 40  # P * T
-    assert [s["agent_steps"] for s in segments] == [4 * steps, 2 * steps]
-    assert summary["agent_steps"] == 6 * steps
-    assert summary["wall_time_s"] == pytest.approx(
-        sum(s["wall_time_s"] for s in segments), abs=2e-3
-    )
-    assert summary["num_segments"] == 2 and summary["generations"] == 6
-    assert summary["complete"] and again["agent_steps"] == 6 * steps
-
-
 # -- memory ---------------------------------------------------------------------------
 
 
@@ -272,15 +267,13 @@ def test_a_run_that_cannot_fit_stops_before_it_starts(tmp_path, monkeypatch):
     assert not (tmp_path / "r/metrics.jsonl").exists()
 
 
-def test_progress_reports_the_memory_estimate_and_projection(tmp_path):
-    out = io.StringIO()
-    experiment.run_experiment(small(), tmp_path / "r", stream=out)
-    text = out.getvalue()
+def test_progress_reports_the_memory_estimate_and_projection(six):
+    run_dir, _, text = six
     assert "XLA estimates" in text and "available on this host" in text
     assert re.search(
         r"per generation here: the remaining \d generations take about", text
     )
-    summary = json.loads((tmp_path / "r/summary.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["segments"][0]["memory_estimate_bytes"] > 1000
 
 
@@ -338,7 +331,9 @@ def _wandb_history(path: Path) -> list[dict]:
     return rows
 
 
-def test_tensorboard_and_wandb_sinks_receive_every_generation(tmp_path, monkeypatch):
+def test_num_seeds_records_every_seed_and_sinks_receive_every_generation(
+    tmp_path, monkeypatch
+):
     from tensorboardX.proto import event_pb2
 
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -346,6 +341,10 @@ def test_tensorboard_and_wandb_sinks_receive_every_generation(tmp_path, monkeypa
     experiment.run_experiment(exp, tmp_path / "r", quiet=True)
     records = [
         json.loads(x) for x in (tmp_path / "r/metrics.jsonl").read_text().splitlines()
+    ]
+    # run.num_seeds=2 runs and records every seed, generation by generation
+    assert [(r["generation"], r["seed"]) for r in records] == [
+        (g, seed) for g in range(6) for seed in (0, 1)
     ]
     expected = {(r["generation"], f"seed_{r['seed']}/best"): r["best"] for r in records}
 
@@ -460,7 +459,8 @@ def test_heldout_stream_survives_interrupt_and_resume(tmp_path, monkeypatch):
         "run.chunk_size=3",
         "run.eval_every=4",
         "run.checkpoint_every=3",
-        "run.eval_episodes=5",
+        # as in the test above: the same held-out program
+        "run.eval_episodes=7",
     )
     experiment.run_experiment(exp, tmp_path / "full", quiet=True)
     stop = StopRequest(lambda: "stopped")

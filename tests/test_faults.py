@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import pytest
@@ -61,17 +62,34 @@ def _debris(run_dir: Path) -> list[str]:
     ]
 
 
+class Reference(NamedTuple):
+    """The `reference` fixture: an uninterrupted run's records, state, directory."""
+
+    metrics: str
+    state: Any
+    run_dir: Path
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """An uninterrupted 6-generation run: its metrics.jsonl and final state."""
+def reference(tmp_path_factory) -> Reference:
+    """An uninterrupted 6-generation run: its metrics.jsonl, final state and
+    directory (checkpoints at 2, 4 and 6). Tests that change a run work on a copy
+    (`_copy`)."""
     run_dir = tmp_path_factory.mktemp("reference") / "full"
     experiment.run_experiment(small_experiment(), run_dir, quiet=True)
     like = experiment.build(small_experiment()).initial_state()
-    return (run_dir / "metrics.jsonl").read_text(), final_state(run_dir, like)[1]
+    return Reference(
+        (run_dir / "metrics.jsonl").read_text(), final_state(run_dir, like)[1], run_dir
+    )
 
 
-def _assert_equals_reference(run_dir: Path, reference) -> None:
-    metrics, state = reference
+def _copy(reference: Reference, folder: Path) -> Path:
+    """A copy of the reference run's directory, `folder / "r"`."""
+    return Path(shutil.copytree(reference.run_dir, folder / "r"))
+
+
+def _assert_equals_reference(run_dir: Path, reference: Reference) -> None:
+    metrics, state, _ = reference
     assert (run_dir / "metrics.jsonl").read_text() == metrics
     like = experiment.build(small_experiment()).initial_state()
     generation, resumed = final_state(run_dir, like)
@@ -108,12 +126,9 @@ def test_write_atomic_on_a_full_disk_keeps_the_old_file_and_no_tmp(
 
 
 def test_save_genome_on_a_full_disk_keeps_the_old_genome_and_no_tmp(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, reference
 ):
-    run_dir = tmp_path / "r"
-    experiment.run_experiment(
-        small_experiment("run.generations=2"), run_dir, quiet=True
-    )
+    run_dir = _copy(reference, tmp_path)
     before = (run_dir / "best_genome.eqx").read_bytes()
     _, genome = experiment.load_genome(run_dir)
 
@@ -292,12 +307,9 @@ def test_full_xla_compilation_cache_is_one_note_and_changes_nothing(
 
 
 def test_eval_with_too_many_episodes_is_one_line_naming_estimate_and_limit(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, reference
 ):
-    run_dir = tmp_path / "r"
-    experiment.run_experiment(
-        small_experiment("run.generations=2"), run_dir, quiet=True
-    )
+    run_dir = _copy(reference, tmp_path)
     result = cli("eval", str(run_dir), "--episodes", str(10**12))
     assert result.exit_code == 1
     assert _one_error_line(result.output) == (
@@ -348,12 +360,9 @@ def test_memory_refusal_does_not_advise_batch_size_which_leaves_the_estimate_as_
 
 
 @pytest.mark.slow
-def test_every_checkpoint_damaged_is_one_line_without_orbax_logs(tmp_path):
-    run_dir = tmp_path / "r"
-    experiment.run_experiment(
-        small_experiment("run.generations=4"), run_dir, quiet=True
-    )
-    for step in (2, 4):
+def test_every_checkpoint_damaged_is_one_line_without_orbax_logs(tmp_path, reference):
+    run_dir = _copy(reference, tmp_path)
+    for step in (2, 4, 6):
         for name in ("_CHECKPOINT_METADATA", "experiment/metadata"):
             (run_dir / "checkpoints" / str(step) / name).write_text("garbage{")
     done = _cli_process("resume", str(run_dir), "--quiet")
@@ -365,15 +374,11 @@ def test_every_checkpoint_damaged_is_one_line_without_orbax_logs(tmp_path):
 
 
 @pytest.mark.slow
-def test_fallback_resume_prints_nothing_at_interpreter_exit(tmp_path):
-    run_dir = tmp_path / "r"
-    experiment.run_experiment(
-        small_experiment("run.generations=4"), run_dir, quiet=True
-    )
+def test_fallback_resume_prints_nothing_at_interpreter_exit(tmp_path, reference):
     for attempt in range(2):
         again = tmp_path / f"again{attempt}"
-        shutil.copytree(run_dir, again)
-        state = again / "checkpoints" / "4" / "state"
+        shutil.copytree(reference.run_dir, again)
+        state = again / "checkpoints" / "6" / "state"
         largest = max(
             (p for p in state.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size
         )
@@ -384,4 +389,4 @@ def test_fallback_resume_prints_nothing_at_interpreter_exit(tmp_path):
         assert "Exception ignored" not in done.stderr, done.stderr
         assert "terminate called" not in done.stderr, done.stderr
         (note,) = done.stderr.splitlines()
-        assert note.startswith("checkpoint at generation 4 is damaged (")
+        assert note.startswith("checkpoint at generation 6 is damaged (")

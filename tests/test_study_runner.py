@@ -66,6 +66,13 @@ def test_a_changed_experiment_is_refused_naming_the_keys(tmp_path, finished_stud
         run_study(changed, out, quiet=True)
 
 
+# One cell, two seeds: one program of two runs, the smallest study with a group
+# (shared by the tests below, so its program compiles once).
+ONE_CELL = TINY.replace("[0.05, 0.3]", "[0.05]").replace(
+    '[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', ""
+)
+
+
 def _without_wall_time(table):
     return table.drop(columns=["wall_time_s"])
 
@@ -108,14 +115,7 @@ def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_results(
 
 
 def test_an_interrupt_keeps_every_runs_last_chunk_and_resumes(tmp_path, monkeypatch):
-    study = load(
-        write_study(
-            tmp_path,
-            TINY.replace("[0.05, 0.3]", "[0.05]").replace(
-                '[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', ""
-            ),
-        )
-    )
+    study = load(write_study(tmp_path, ONE_CELL))
     original = experiment.Run.chunk
     calls = []
 
@@ -211,12 +211,7 @@ def test_a_one_cell_study_and_eqxevo_run_record_the_same_numbers(tmp_path):
 
 def test_sigterm_stops_after_the_running_chunk_with_every_run_saved(tmp_path):
     # one program (one cell, two seeds): the smallest study a signal can stop
-    file = write_study(
-        tmp_path,
-        TINY.replace("[0.05, 0.3]", "[0.05]").replace(
-            '[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', ""
-        ),
-    )
+    file = write_study(tmp_path, ONE_CELL)
     out, log = tmp_path / "out", tmp_path / "stderr.txt"
     child = _study_run_until_records(file, out, log)
     child.send_signal(signal.SIGTERM)
@@ -239,38 +234,38 @@ def test_sigterm_stops_after_the_running_chunk_with_every_run_saved(tmp_path):
 def test_a_study_run_with_a_damaged_checkpoint_falls_back_and_ends_bit_identical(
     tmp_path, capsys
 ):
-    # one cell, one seed; planned 6 generations from the start, or run to 4,
-    # its newest checkpoint damaged, then extended to 6
-    text = (
-        TINY.replace("seeds = 2", "seeds = [0]")
-        .replace("[0.05, 0.3]", "[0.3]")
-        .replace('[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', "")
-    )
-    straight = load(write_study(tmp_path / "a", text))
+    # `ONE_CELL` planned 6 generations from the start, or run to 4, each run's
+    # newest checkpoint damaged, then extended to 6. (Both runs fall back to the
+    # same generation: they stay one program, the one the tests above compiled.)
+    straight = load(write_study(tmp_path / "a", ONE_CELL))
     run_study(straight, tmp_path / "a" / "out", quiet=True)
     short = load(
-        write_study(tmp_path / "b", text.replace("generations = 6", "generations = 4"))
+        write_study(
+            tmp_path / "b", ONE_CELL.replace("generations = 6", "generations = 4")
+        )
     )
     out = tmp_path / "b" / "out"
     run_study(short, out, quiet=True)
-    (run,) = short.runs
-    step = run_dir(out, run) / "checkpoints" / "4"
-    array = max(
-        (p for p in step.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size
-    )
-    data = bytearray(array.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    array.write_bytes(bytes(data))
+    for run in short.runs:
+        step = run_dir(out, run) / "checkpoints" / "4"
+        array = max(
+            (p for p in step.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size
+        )
+        data = bytearray(array.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        array.write_bytes(bytes(data))
     capsys.readouterr()
-    run_study(load(write_study(tmp_path / "b", text)), out, quiet=True)
-    (line,) = [x for x in capsys.readouterr().err.splitlines() if "damaged" in x]
-    assert line.startswith(
-        f"eqxevo: run {run.id}: checkpoint at generation 4 is damaged"
-    )
-    assert line.endswith("resuming from generation 2 (the newest good one)")
-    mine, theirs = run_dir(out, run), run_dir(tmp_path / "a" / "out", run)
-    assert (mine / "metrics.jsonl").read_text() == (
-        theirs / "metrics.jsonl"
-    ).read_text()
-    a, b = (json.loads((p / "summary.json").read_text()) for p in (mine, theirs))
-    assert a["heldout"] == b["heldout"] and a["checksums"] == b["checksums"]
+    run_study(load(write_study(tmp_path / "b", ONE_CELL)), out, quiet=True)
+    lines = [x for x in capsys.readouterr().err.splitlines() if "damaged" in x]
+    assert len(lines) == len(short.runs) == 2
+    for run, line in zip(short.runs, lines, strict=True):
+        assert line.startswith(
+            f"eqxevo: run {run.id}: checkpoint at generation 4 is damaged"
+        )
+        assert line.endswith("resuming from generation 2 (the newest good one)")
+        mine, theirs = run_dir(out, run), run_dir(tmp_path / "a" / "out", run)
+        assert (mine / "metrics.jsonl").read_text() == (
+            theirs / "metrics.jsonl"
+        ).read_text()
+        a, b = (json.loads((p / "summary.json").read_text()) for p in (mine, theirs))
+        assert a["heldout"] == b["heldout"] and a["checksums"] == b["checksums"]

@@ -4,10 +4,12 @@ another process; cut-short JSON files and flipped genome bytes."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -71,9 +73,12 @@ def test_a_second_run_or_resume_of_a_live_run_refuses_and_changes_nothing(tmp_pa
         (line,) = _lines(stderr)
         assert f"{tmp_path / 'same'} is being written by pid {first.pid}" in line
         assert "one writer per run directory" in line
-    # What the one writer wrote equals a run made alone, record for record.
-    alone = subprocess.run([*run, "--name", "alone"], env=ENV, capture_output=True)
-    assert alone.returncode == 0
+    # What the one writer wrote equals a run made alone, record for record (made
+    # in this process: the same program, without a third interpreter's start-up).
+    alone = CliRunner().invoke(
+        main, [*run[len(CLI) :], "--name", "alone"], catch_exceptions=False
+    )
+    assert alone.exit_code == 0, alone.output
     raced, solo = tmp_path / "same", tmp_path / "alone"
     assert (raced / "metrics.jsonl").read_text() == (solo / "metrics.jsonl").read_text()
     summaries = [json.loads((d / "summary.json").read_text()) for d in (raced, solo)]
@@ -168,8 +173,15 @@ def test_a_study_leaves_a_run_another_process_writes_and_survives_cut_json(
     assert json.loads((out / "plan.json").read_text())["programs"]
 
 
+def _copy(run_dir, folder):
+    """A copy of `run_dir` in `folder`, for a test that changes it."""
+    return Path(shutil.copytree(run_dir, folder / run_dir.name))
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
+    """A finished `SMALL_EXPERIMENT` run (6 generations), shared: tests that
+    change it work on a copy (`_copy`), or put back what they changed."""
     out = tmp_path_factory.mktemp("runs")
     result = CliRunner().invoke(
         main, ["run", *SETS, "--quiet", "--out", str(out), "--name", "done"]
@@ -194,15 +206,18 @@ def test_eval_refuses_a_genome_with_flipped_bytes(finished_run):
     assert CliRunner().invoke(main, ["eval", str(finished_run)]).exit_code == 0
 
 
-def test_a_cut_short_summary_is_refused_by_eval_and_rebuilt_by_resume(finished_run):
-    path = finished_run / "summary.json"
+def test_a_cut_short_summary_is_refused_by_eval_and_rebuilt_by_resume(
+    tmp_path, finished_run
+):
+    run_dir = _copy(finished_run, tmp_path)
+    path = run_dir / "summary.json"
     before = json.loads(path.read_text())
     path.write_text(path.read_text()[:100])
-    result = CliRunner().invoke(main, ["eval", str(finished_run)])
+    result = CliRunner().invoke(main, ["eval", str(run_dir)])
     assert result.exit_code == 1
     (line,) = _lines(result.output)
     assert f"{path} is cut short or damaged" in line
-    result = CliRunner().invoke(main, ["resume", str(finished_run), "--quiet"])
+    result = CliRunner().invoke(main, ["resume", str(run_dir), "--quiet"])
     assert result.exit_code == 0, result.output
     assert "writing it again from the run's files" in result.output
     after = json.loads(path.read_text())
@@ -229,15 +244,13 @@ def test_a_second_study_run_on_a_live_study_refuses_and_status_names_it(tmp_path
         holder.communicate()
 
 
-def test_a_newest_checkpoint_summary_json_does_not_know_is_refused(tmp_path):
+def test_a_newest_checkpoint_summary_json_does_not_know_is_refused(
+    tmp_path, finished_run
+):
     # summary.json records the SHA-256 of the newest checkpoint's arrays; one
     # that differs (a checkpoint or summary.json copied in from another run)
     # is refused rather than resumed
-    result = CliRunner().invoke(
-        main, ["run", *SETS, "--quiet", "--out", str(tmp_path), "--name", "r"]
-    )
-    assert result.exit_code == 0, result.output
-    run_dir = tmp_path / "r"
+    run_dir = _copy(finished_run, tmp_path)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["checkpoint"]["generation"] == 6
     summary["checkpoint"]["sha256"] = "0" * 64
