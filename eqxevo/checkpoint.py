@@ -87,11 +87,43 @@ def _differences(saved: Any, current: Any, prefix: str = "") -> list[str]:
     return []
 
 
+def _typed_key(leaf: Any) -> bool:
+    return isinstance(leaf, jax.Array) and jnp.issubdtype(
+        leaf.dtype, jax.dtypes.prng_key
+    )
+
+
 def _host_leaf(leaf: Any) -> np.ndarray:
     # Typed keys have no bytes of their own: hash their key data.
-    if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+    if _typed_key(leaf):
         leaf = jr.key_data(leaf)
     return np.ascontiguousarray(np.asarray(leaf))
+
+
+def _abstract(like: Any) -> Any:
+    """What orbax restores a `like` leaf as (typed keys stay typed keys)."""
+    if _typed_key(like):
+        placed = like.sharding if like.committed else None
+        return jax.ShapeDtypeStruct(like.shape, like.dtype, sharding=placed)
+    return ocp.utils.to_shape_dtype_struct(like)
+
+
+def _placed_like(leaf: Any, like: Any) -> Any:
+    """A restored leaf placed as `like`'s leaf is: orbax commits every array it
+    reads to a device, and a committed argument is another jit cache key than
+    the uncommitted arrays of a fresh `initial_state`, so a resumed run would
+    compile its programs again. A `like` leaf without a sharding (an
+    `eval_shape` struct, a fresh array) gets an uncommitted array back."""
+    if isinstance(like, jax.Array) and like.committed:
+        return leaf
+    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+        return leaf  # spread over processes: placed where orbax put it
+    if not isinstance(like, jax.Array) and getattr(like, "sharding", None):
+        return leaf
+    if _typed_key(leaf):
+        data = jnp.asarray(np.asarray(jr.key_data(leaf)))
+        return jr.wrap_key_data(data, impl=jr.key_impl(leaf))
+    return jnp.asarray(np.asarray(leaf))
 
 
 def _leaf_table(tree: Any) -> list[list[Any]]:
@@ -256,7 +288,7 @@ class Checkpointer:
     def _load(self, generation: int, like: Any) -> Any:
         """Read and verify one checkpoint's state; `_Damaged` says why not."""
         path = self.directory / str(generation)
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+        abstract = jax.tree.map(_abstract, like)
         expected = _leaf_table(abstract)
         try:
             with _quiet_orbax():
@@ -298,6 +330,7 @@ class Checkpointer:
             raise _Damaged("its state has other shapes or dtypes than it says")
         if integrity(state)["sha256"] != record["sha256"]:
             raise _Damaged("its checksum does not match the arrays read back")
+        state = jax.tree.map(_placed_like, state, like)
         # A folder renamed or copied by hand would resume from the wrong place.
         reached = getattr(state, "generation", None)
         if reached is not None and int(np.max(np.asarray(reached))) != generation:
@@ -334,7 +367,10 @@ class Checkpointer:
 
         Arguments:
             like: a state of the expected structure (e.g. `strategy.init(key)`, or
-                its `jax.eval_shape`), to check shapes and dtypes against.
+                its `jax.eval_shape`), to check shapes and dtypes against. The
+                restored arrays are placed as its leaves are: committed to their
+                devices where `like`'s are, else uncommitted like a fresh state
+                (so a resumed run reuses the programs a fresh one compiled).
             experiment: the experiment resuming; it must match the one that wrote
                 the checkpoint, except for the dotted keys (or key prefixes
                 ending in ".") in `ignore`.

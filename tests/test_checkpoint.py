@@ -2,6 +2,8 @@ import errno
 import logging
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import jax.random as jr
 import orbax.checkpoint as ocp
 import pytest
@@ -33,6 +35,24 @@ def test_round_trip_and_resume_equals_uninterrupted(tmp_path):
     _, resumed = run("snes", 2, state=restored)
     _, uninterrupted = run("snes", 5)
     assert tree_equal(resumed, uninterrupted)
+    ckpt.close()
+
+
+def test_restored_arrays_are_placed_as_like_leaves_are(tmp_path):
+    # orbax commits what it reads; a fresh state is uncommitted, and a committed
+    # argument would make a resumed run compile its programs again.
+    state = {"key": jr.key(3), "x": jnp.arange(3.0), "n": jnp.int32(7)}
+    ckpt = Checkpointer(tmp_path / "checkpoints")
+    ckpt.save(1, state, EXPERIMENT)
+    for like, committed in (
+        (jax.eval_shape(lambda: state), False),
+        (state, False),
+        (jax.device_put(state, jax.devices()[0]), True),
+    ):
+        _, restored = ckpt.restore(like, EXPERIMENT)
+        assert tree_equal(restored, state)
+        assert restored["n"].shape == () and restored["key"].dtype == state["key"].dtype
+        assert {x.committed for x in jax.tree.leaves(restored)} == {committed}
     ckpt.close()
 
 

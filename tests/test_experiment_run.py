@@ -1,5 +1,6 @@
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -52,14 +53,20 @@ def test_run_writes_the_run_directory(six):
     assert jax.numpy.isfinite(fitness)
 
 
-def test_resume_equals_uninterrupted_run_and_the_summary_accumulates(tmp_path, six):
+def test_resume_equals_uninterrupted_run_and_the_summary_accumulates(
+    tmp_path, six, caplog
+):
     # A run of 4 generations extended to 6 equals the uninterrupted run; its
     # summary.json counts both segments, and resuming it once more (finished
-    # already) changes nothing.
+    # already) changes nothing. The resumed run reuses the programs the first
+    # one compiled (its restored state is placed as a fresh one is).
     full_dir = six[0]
     part = tmp_path / "part"
     experiment.run_experiment(small("run.generations=4"), part, quiet=True)
-    experiment.resume_run(part, ("run.generations=6",), quiet=True)
+    with jax.log_compiles(True), caplog.at_level(logging.WARNING, logger="jax"):
+        experiment.resume_run(part, ("run.generations=6",), quiet=True)
+    compiled = [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
+    assert not [m for m in compiled if "run_chunk" in m or "fitness" in m], compiled
     full = (full_dir / "metrics.jsonl").read_text()
     assert (part / "metrics.jsonl").read_text() == full
     like = experiment.build(small()).initial_state()

@@ -52,22 +52,25 @@ def _holding(folder):
 
 @pytest.mark.slow
 def test_a_second_run_or_resume_of_a_live_run_refuses_and_changes_nothing(tmp_path):
-    # long enough to be alive while the others try
-    longer = ["--set", "run.generations=40", "--set", "run.checkpoint_every=10"]
+    longer = ["--set", "run.generations=8", "--set", "run.checkpoint_every=4"]
     run = [*CLI, "run", *SETS, *longer, "--quiet", "--out", str(tmp_path)]
     first = subprocess.Popen([*run, "--name", "same"], env=ENV, text=True)
-    _wait_for(tmp_path / "same" / LOCK_FILE, first)
-    others = [
-        subprocess.Popen(command, env=ENV, stderr=subprocess.PIPE, text=True)
-        for command in (
-            [*run, "--name", "same"],
-            [*CLI, "resume", str(tmp_path / "same"), "--quiet"],
-        )
-    ]
-    refusals = [(other.wait(), other.communicate()[1]) for other in others]
-    live = first.poll() is None
+    _wait_for(tmp_path / "same" / WRITER_FILE, first)  # written last
+    # The writer is paused while the others try, so it holds its lock however
+    # fast it would have run; then it goes on undisturbed.
+    first.send_signal(signal.SIGSTOP)
+    try:
+        others = [
+            subprocess.Popen(command, env=ENV, stderr=subprocess.PIPE, text=True)
+            for command in (
+                [*run, "--name", "same"],
+                [*CLI, "resume", str(tmp_path / "same"), "--quiet"],
+            )
+        ]
+        refusals = [(other.wait(), other.communicate()[1]) for other in others]
+    finally:
+        first.send_signal(signal.SIGCONT)
     assert first.wait() == 0
-    assert live, "the first run ended before the others tried: make it longer"
     for code, stderr in refusals:
         assert code == 1
         (line,) = _lines(stderr)
