@@ -2,7 +2,9 @@
 plays `evolve`'s episodes and checks its fitness against eqxevo's (see
 docs/performance.md, "How the harness measures")."""
 
+import functools
 import math
+from collections.abc import Callable
 from typing import Any, Literal
 
 import equinox as eqx
@@ -14,7 +16,7 @@ import numpy as np
 from ..evaluate import evaluate
 from ..keys import generation_keys, run_keys
 from ..rollout import lifetime_step, rollout, start_lifetime
-from .common import time_call
+from .common import steady_times, time_call
 
 
 def episode_key(eval_key: jax.Array) -> jax.Array:
@@ -275,16 +277,16 @@ def numpy_vectorised(
 # -- the best hand-fused JAX program --------------------------------------------------
 
 
-def hand_fused(
+def hand_fused_call(
     strategy: Any,
     fitness_fn: Any,
     key: jax.Array,
     *,
-    num_generations: int,
-    repeats: int,
     genome_keys: bool = False,
-) -> dict[str, Any]:
-    """raw evosax ask -> vmap(lifetime) -> raw evosax tell, one jit over a scan.
+) -> Callable[[int], jax.Array]:
+    """`call(n)`: raw evosax ask -> vmap(lifetime) -> raw evosax tell, one jit
+    over a scan of n generations; returns the best fitness of every generation
+    (on device, to compare with `evolve`'s `history["best"]`).
 
     Uses the strategy's evosax algorithm and params directly on flat vectors,
     on `evolve`'s key schedule (`eqxevo.generation_keys`); the population's
@@ -292,10 +294,6 @@ def hand_fused(
     used). Every genome plays the shared episode: one key for the population,
     or with `genome_keys` derived by each genome inside the vmap, as `evaluate`
     does.
-
-    Returns:
-        A record with `generation_s`, `compile_s` and `best`, the best fitness
-        of every generation (to compare with `evolve`'s `history["best"]`).
     """
     algorithm, params = strategy.algorithm, strategy.params
     flat, layout = strategy.initial_flat, strategy.layout
@@ -313,8 +311,8 @@ def hand_fused(
             return jax.vmap(lambda x, i: lifetime(x, jr.fold_in(eval_key, i)))(xs, ids)
         return jax.vmap(lifetime, in_axes=(0, None))(xs, episode_key(eval_key))
 
-    @jax.jit
-    def run(key: jax.Array) -> Any:
+    @functools.partial(jax.jit, static_argnums=1)
+    def run(key: jax.Array, num_generations: int) -> Any:
         init_key, run_key = run_keys(key)
         state = algorithm.init(init_key, flat, params)
 
@@ -325,21 +323,40 @@ def hand_fused(
             state, _ = algorithm.tell(tell_key, xs, sign * fitness, state, params)
             return state, jnp.max(fitness) if strategy.maximize else jnp.min(fitness)
 
-        return jax.lax.scan(generation, state, jnp.arange(num_generations))
+        return jax.lax.scan(generation, state, jnp.arange(num_generations))[1]
 
-    # `run` returns on device: `time_call` waits for the per-generation best
-    compile_s, wall, _ = time_call(lambda: run(key)[1], repeats)
+    return lambda num_generations: run(key, num_generations)
+
+
+def hand_fused(
+    strategy: Any,
+    fitness_fn: Any,
+    key: jax.Array,
+    *,
+    num_generations: int,
+    repeats: int,
+    genome_keys: bool = False,
+) -> dict[str, Any]:
+    """`hand_fused_call`'s program timed alone (`steady_times`).
+
+    Returns:
+        A record with `generation_s`, `generation_cpu_s`, `compile_s` and
+        `best`, the best fitness of every generation of a `num_generations`
+        call.
+    """
+    call = hand_fused_call(strategy, fitness_fn, key, genome_keys=genome_keys)
+    timing = steady_times({"fused": call}, num_generations, repeats)["fused"]
     return {
         "baseline": "hand_fused_genome_keys" if genome_keys else "hand_fused",
-        "generation_s": wall / num_generations,
-        "compile_s": compile_s - wall,
-        "best": np.asarray(run(key)[1]).tolist(),
+        **timing,
+        "best": np.asarray(call(num_generations)).tolist(),
     }
 
 
 __all__ = [
     "episode_key",
     "hand_fused",
+    "hand_fused_call",
     "l0_draws",
     "matches",
     "numpy_l0_lifetimes",

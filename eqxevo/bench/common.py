@@ -53,6 +53,60 @@ def time_call(fn: Callable[[], Any], repeats: int) -> tuple[float, float, float]
     return compile_s, statistics.median(walls), statistics.median(cpus)
 
 
+def steady_times(
+    calls: dict[str, Callable[[int], Any]], num_generations: int, repeats: int
+) -> dict[str, dict[str, float]]:
+    """Steady per-generation time of each of `calls` (`call(n)` runs n
+    generations), timed in alternation so that a shared machine's load falls
+    on all of them alike.
+
+    Each call runs once at `num_generations` and once at twice that to
+    compile; then `repeats` rounds time every call at both lengths in turn. A
+    generation's time is the difference of the two lengths' medians over
+    `num_generations`, so a call's fixed cost (`call_overhead_s`) is apart.
+
+    Returns:
+        Per name: `compile_s`, `generation_s`, `generation_cpu_s` (this
+        process's CPU time, all threads) and `call_overhead_s`.
+    """
+    lengths = (num_generations, 2 * num_generations)
+    first = {}
+    for name, call in calls.items():
+        for n in lengths:
+            start = time.perf_counter()
+            jax.block_until_ready(call(n))
+            first[name, n] = time.perf_counter() - start
+    walls: dict[Any, list[float]] = {k: [] for k in first}
+    cpus: dict[Any, list[float]] = {k: [] for k in first}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            for n in lengths:
+                wall0, cpu0 = time.perf_counter(), time.process_time()
+                jax.block_until_ready(call(n))
+                walls[name, n].append(time.perf_counter() - wall0)
+                cpus[name, n].append(time.process_time() - cpu0)
+    out = {}
+    for name in calls:
+        one, two = (statistics.median(walls[name, n]) for n in lengths)
+        cpu_one, cpu_two = (statistics.median(cpus[name, n]) for n in lengths)
+        # on a busy machine the difference can come out at or below 0: then
+        # the longer call's share
+        generation = (two - one) / num_generations
+        if generation <= 0:
+            generation = two / lengths[1]
+        generation_cpu = (cpu_two - cpu_one) / num_generations
+        if generation_cpu <= 0:
+            generation_cpu = cpu_two / lengths[1]
+        out[name] = {
+            # on a busy machine a steady call can outlast the first one
+            "compile_s": max(first[name, num_generations] - one, 0.0),
+            "generation_s": generation,
+            "generation_cpu_s": generation_cpu,
+            "call_overhead_s": max(one - num_generations * generation, 0.0),
+        }
+    return out
+
+
 def peak_memory() -> dict[str, Any]:
     """Peak memory so far: the device's allocator peak where it reports one
     (GPU/TPU), else this process's peak resident set size (CPU)."""
@@ -149,6 +203,7 @@ __all__ = [
     "machine_info",
     "peak_memory",
     "program_bytes",
+    "steady_times",
     "table",
     "time_call",
     "write_records",

@@ -147,6 +147,11 @@ def _milestones(options: Options, meta: dict[str, Any]) -> list[dict]:
             say(
                 f"    vs {b['baseline']:17s} {b['agent_steps_per_s']:10.3g} "
                 f"agent-steps/s -> evolve is {b['evolve_over_baseline']:.3g}x"
+                + (
+                    f" ({b['evolve_over_baseline_cpu']:.3g}x in CPU time)"
+                    if "evolve_over_baseline_cpu" in b
+                    else ""
+                )
             )
     if options.trace is not None and records:
         _profile(options, names[0])
@@ -157,7 +162,13 @@ def _milestones(options: Options, meta: dict[str, Any]) -> list[dict]:
         for b in r.get("baselines", [])
     ]
     if ratios:
-        columns = ["milestone", "baseline", "agent_steps_per_s", "evolve_over_baseline"]
+        columns = [
+            "milestone",
+            "baseline",
+            "agent_steps_per_s",
+            "evolve_over_baseline",
+            "evolve_over_baseline_cpu",
+        ]
         _save(options, meta, "ratios", ratios, columns)
     return records
 
