@@ -205,7 +205,9 @@ def draws_apart(fitness_fn: Any) -> bool:
     """Whether `fitness_fn` computes every random draw it makes from its key as a
     computation of its own (its `draws_apart` attribute; `eqxevo.LifetimeFitness`
     on an environment with `sample_noise`), so a shared episode can be drawn
-    once for the population."""
+    once for the population. Such a fitness may offer `shared_episode()`, the
+    version of itself that `evaluate` then uses for shared episodes
+    (`LifetimeFitness` draws blocks of steps ahead)."""
     return getattr(fitness_fn, "draws_apart", False) is True
 
 
@@ -244,6 +246,8 @@ def evaluate_genomes(
         static = eqx.combine(static_arrays, static_other)
         fn = eqx.combine(fn_arrays, fn_other)
         shared_key = jr.fold_in(key, 0) if draw_once else None
+        if draw_once and hasattr(fn, "shared_episode"):
+            fn = fn.shared_episode()  # e.g. draws blocks of steps ahead
 
         def one(genome_evolvable: Any, episode: Array) -> tuple[Array, Any]:
             genome = eqx.combine(genome_evolvable, static)

@@ -21,6 +21,7 @@ from eqxevo import LifetimeFitness, evaluate
 from eqxevo.config import from_dict
 from eqxevo.evaluate import CPU_BLOCK_MAX, block_width, draws_apart
 from eqxevo.experiment import build
+from eqxevo.rollout import DRAW_BLOCK, draw_block, record, rollout
 
 NETS = {
     "L0": ("chemotaxis", {}),
@@ -154,8 +155,43 @@ def test_the_draws_stay_computations_of_their_own_in_the_optimised_program():
         .compile()
         .as_text()
     )
-    # the reset and initial state at birth; a step's noise and its reset
-    assert text.count(" conditional(") >= 4
+    # the reset and initial state at birth; a block of steps' noise and resets
+    assert text.count(" conditional(") >= 3
+
+
+@pytest.mark.parametrize("name", sorted(NETS))
+def test_draws_made_ahead_for_a_block_of_steps_are_the_bits_of_each_steps_own(name):
+    # `rollout(draw_ahead=True)` (what a shared episode runs) computes a block
+    # of steps' noise and resets in one computation; the lifetime is that of
+    # steps drawing for themselves, bit for bit, and so is a recorded one.
+    fitness_fn, population = workload(name)
+    genome = jax.tree.map(lambda x: x[3] if eqx.is_inexact_array(x) else x, population)
+    env, params = fitness_fn.env, fitness_fn.env_params
+    assert draw_block(env, fitness_fn.num_steps) == 5  # T = 25
+    key = jr.key(11)
+    ahead, each = (
+        eqx.filter_jit(rollout)(key, genome, env, params, 25, draw_ahead=flag)
+        for flag in (True, False)
+    )
+    assert tree_equal(ahead, each)
+    assert tree_equal(fitness_fn.shared_episode()(genome, key), each)
+    assert tree_equal(record(key, genome, env, params, 25).summary, each[1])
+
+
+def test_the_block_is_the_largest_divisor_of_the_lifetime_up_to_draw_block():
+    from eqxevo.envs import GymnaxEnv
+
+    env = workload("L0")[0].env
+    assert [draw_block(env, t) for t in (1000, 5000, 20000, 25, 23, 1)] == [
+        10,
+        10,
+        DRAW_BLOCK,
+        5,
+        1,
+        1,
+    ]
+    pytest.importorskip("gymnax")
+    assert draw_block(GymnaxEnv("CartPole-v1"), 1000) == 1  # draws inside its step
 
 
 def test_an_environment_that_draws_inside_its_step_keeps_the_genome_keys():

@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import jax.random as jr
 
 from ..config import from_dict
-from ..evaluate import evaluate
+from ..evaluate import draws_apart, evaluate
 from ..experiment import Built, build
+from ..rollout import draw_block
 from .hlo import loop_body_kernels
 from .milestones import MILESTONES, milestone_experiment, sample_population
 
@@ -27,6 +28,7 @@ KERNEL_OPTIONS: dict[str, dict[str, Any]] = {
 KERNEL_COLUMNS = [
     "milestone",
     "option",
+    "steps_per_trip",
     "kernels_per_step",
     "top_level",
     "in_nested_loops",
@@ -63,20 +65,25 @@ def milestone_kernels(
     run, args = _evaluation(built)
     lowered = jax.jit(run).lower(*args)
     lifetime = built.experiment.run.lifetime
+    # A shared episode runs its lifetime as a loop over blocks of steps whose
+    # draws are made ahead (`rollout.draw_block`): a trip of that loop is
+    # `block` steps, and its kernels are counted per step.
+    block = draw_block(built.env, lifetime) if draws_apart(built.fitness) else 1
     rows = []
     for option in options or tuple(KERNEL_OPTIONS):
         text = lowered.compile(compiler_options=KERNEL_OPTIONS[option]).as_text()
-        counts = loop_body_kernels(text, trip_count=lifetime)
+        counts = loop_body_kernels(text, trip_count=lifetime // block)
         rows.append(
             {
                 "milestone": name,
                 "option": option,
                 "population_size": built.strategy.population_size,
-                "kernels_per_step": counts["total"],
-                "top_level": counts["top_level"],
-                "in_nested_loops": counts["in_nested_loops"],
-                "in_branches": counts["in_branches"],
-                "by_opcode": counts["by_opcode"],
+                "steps_per_trip": block,
+                "kernels_per_step": counts["total"] / block,
+                "top_level": counts["top_level"] / block,
+                "in_nested_loops": counts["in_nested_loops"] / block,
+                "in_branches": counts["in_branches"] / block,
+                "by_opcode": {k: v / block for k, v in counts["by_opcode"].items()},
             }
         )
     return rows

@@ -480,6 +480,8 @@ def run_experiment(
             a resume of a folder without a run.
         CheckpointError: no checkpoint passes verification, or it was written by
             another experiment.
+        LockedError: another live process writes the directory (a resume is
+            told so even while that process is still starting its run).
         ResourceError: the run does not fit the device's memory.
         RunInterrupted: after saving, when stopped by a signal.
     """
@@ -578,7 +580,7 @@ def resume_run(
     """Continue a run from its newest good checkpoint (see `run_experiment`);
     `overrides` may change only `config.RESUMABLE_CHANGES`."""
     directory = RunDir(run_dir)
-    directory.require()
+    directory.require(writer=True)
     config_module.check_resumable(overrides)
     experiment = directory.read_config(overrides)
     return run_experiment(experiment, run_dir, resume=True, **kwargs)

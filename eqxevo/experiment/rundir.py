@@ -139,9 +139,15 @@ class RunDir:
         """Whether a run was started here (it has a config.toml)."""
         return self.config_path.exists()
 
-    def require(self) -> None:
-        """Raise `RunDirError` unless a run was started here."""
+    def require(self, *, writer: bool = False) -> None:
+        """Raise `RunDirError` unless a run was started here.
+
+        A `writer` (a resume) is told first of a live process that is starting
+        a run there (`LockedError`): it holds the lock before config.toml exists.
+        """
         if not self.exists():
+            if writer and self.path.is_dir():
+                WriterLock(self.path, "run directory").acquire().release()
             raise RunDirError(f"{self.path} holds no run (no config.toml)")
 
     def newest_checkpoint(self) -> int | None:
