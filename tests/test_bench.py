@@ -403,6 +403,15 @@ def test_a_nested_loop_counts_its_kernels_once_per_trip():
         loop_body_kernels(_scan_text(body, jnp.ones(8)), trip_count=5)
     with pytest.raises(ValueError, match="no while loop"):
         loop_body_kernels(jax.jit(jnp.sin).lower(jnp.ones(3)).compile().as_text())
+    # a loop in a loop in the body: its kernels count once per trip of both,
+    # and once only among the nested ones
+    twice = loop_body_kernels(
+        _scan_text(
+            lambda c: jax.lax.fori_loop(0, 2, lambda i, x: body(x), c), jnp.ones(8)
+        )
+    )
+    assert twice["by_opcode"]["sort"] == 2 * 3
+    assert twice["total"] == twice["top_level"] + twice["in_nested_loops"]
 
 
 def test_milestone_kernels_count_the_lifetime_loop_of_evaluate():

@@ -132,11 +132,13 @@ def _count(
                     _count(callee, computations, inner, inner_kinds)
             n = int(trip.group(1)) if trip else 1  # unknown: count one trip
             for key, value in inner.items():
-                if key == _BRANCHED:  # inside a nested loop, all of it is nested
+                # Inside a nested loop all of it is nested; the opcode counts
+                # hold every kernel of the loop (those of loops inside it too),
+                # so its own nested and branched tallies are not added again.
+                if key in (_BRANCHED, _NESTED):
                     continue
                 counts[key] += n * value
-                if key != _NESTED:  # already inside the opcode counts
-                    counts[_NESTED] += n * value
+                counts[_NESTED] += n * value
             for key, value in inner_kinds.items():
                 fusion_kinds[key] += n * value
         if op == "fusion":
