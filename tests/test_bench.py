@@ -238,14 +238,10 @@ def test_hand_fused_runs_evolve_s_schedule_on_shared_episodes(genome_keys):
     # A key-dependent fitness: per-genome episodes would give other values.
     strategy = eqxevo.Strategy("snes", Net(key=jr.key(0)), 8)
     key = jr.key(5)
-    fused = baselines.hand_fused(
-        strategy,
-        noisy_sphere,
-        key,
-        num_generations=3,
-        repeats=1,
-        genome_keys=genome_keys,
+    fused = baselines.hand_fused_call(
+        strategy, noisy_sphere, key, genome_keys=genome_keys
     )
+    fused = {"best": np.asarray(fused(3))}
     history = eqxevo.evolve(
         key, strategy, noisy_sphere, num_generations=3, chunk_size=3
     ).history

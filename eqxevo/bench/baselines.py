@@ -16,7 +16,7 @@ import numpy as np
 from ..evaluate import evaluate
 from ..keys import generation_keys, run_keys
 from ..rollout import lifetime_step, rollout, start_lifetime
-from .common import steady_times, time_call
+from .common import time_call
 
 
 def episode_key(eval_key: jax.Array) -> jax.Array:
@@ -328,34 +328,8 @@ def hand_fused_call(
     return lambda num_generations: run(key, num_generations)
 
 
-def hand_fused(
-    strategy: Any,
-    fitness_fn: Any,
-    key: jax.Array,
-    *,
-    num_generations: int,
-    repeats: int,
-    genome_keys: bool = False,
-) -> dict[str, Any]:
-    """`hand_fused_call`'s program timed alone (`steady_times`).
-
-    Returns:
-        A record with `generation_s`, `generation_cpu_s`, `compile_s` and
-        `best`, the best fitness of every generation of a `num_generations`
-        call.
-    """
-    call = hand_fused_call(strategy, fitness_fn, key, genome_keys=genome_keys)
-    timing = steady_times({"fused": call}, num_generations, repeats)["fused"]
-    return {
-        "baseline": "hand_fused_genome_keys" if genome_keys else "hand_fused",
-        **timing,
-        "best": np.asarray(call(num_generations)).tolist(),
-    }
-
-
 __all__ = [
     "episode_key",
-    "hand_fused",
     "hand_fused_call",
     "l0_draws",
     "matches",

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import jax.random as jr
 
 from ..config import from_dict
-from ..evaluate import draws_apart, evaluate
+from ..evaluate import evaluate
 from ..experiment import Built, build
 from ..rollout import draw_block
 from .hlo import loop_body_kernels
@@ -68,7 +68,7 @@ def milestone_kernels(
     # A shared episode runs its lifetime as a loop over blocks of steps whose
     # draws are made ahead (`rollout.draw_block`): a trip of that loop is
     # `block` steps, and its kernels are counted per step.
-    block = draw_block(built.env, lifetime) if draws_apart(built.fitness) else 1
+    block = draw_block(built.env, lifetime)
     rows = []
     for option in options or tuple(KERNEL_OPTIONS):
         text = lowered.compile(compiler_options=KERNEL_OPTIONS[option]).as_text()

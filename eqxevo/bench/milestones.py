@@ -86,11 +86,11 @@ def milestone_experiment(name: str, *, quick: bool = False) -> Experiment:
 
 
 def evolve_call(
-    built: Built, chunk_size: int, *, mesh: Any = None, best: list[Any] | None = None
+    built: Built, chunk_size: int, *, mesh: Any = None, kept: list[Any] | None = None
 ) -> Any:
     """`call(n)`: `evolve` on `built` for n generations in chunks of
     `chunk_size` (one compiled program), its best fitness on device; a call
-    of `chunk_size` generations leaves its best fitness in `best`."""
+    of `chunk_size` generations leaves its `EvolveResult` in `kept`."""
 
     def call(generations: int) -> Any:
         result = evolve(
@@ -101,8 +101,8 @@ def evolve_call(
             chunk_size=chunk_size,
             mesh=mesh,
         )
-        if best is not None and generations == chunk_size:
-            best[:] = [result.best_fitness]
+        if kept is not None and generations == chunk_size:
+            kept[:] = [result]
         return result.best_fitness
 
     return call
@@ -125,13 +125,14 @@ def time_evolve(
     compiled program), so `evolve`'s fixed cost per call (checks, setup, the
     history's transfer) is `call_overhead_s`, apart.
     """
-    best: list[Any] = []
-    call = evolve_call(built, num_generations, mesh=mesh, best=best)
+    kept: list[Any] = []
+    call = evolve_call(built, num_generations, mesh=mesh, kept=kept)
     timing: dict[str, Any] = steady_times({"evolve": call}, num_generations, repeats)[
         "evolve"
     ]
     if best_bits:
-        timing["best_fitness_hex"] = np.asarray(jax.device_get(best[0])).tobytes().hex()
+        best = jax.device_get(kept[0].best_fitness)
+        timing["best_fitness_hex"] = np.asarray(best).tobytes().hex()
     return timing
 
 
@@ -306,16 +307,9 @@ def l0_baselines(
         b["evolve_over_baseline"] = ours / b["agent_steps_per_s"]
     # The hand-fused programs run `evolve`'s whole schedule: `evolve` is timed
     # again beside them, in alternation (`steady_times`), so the ratio compares
-    # the two under the same load; CPU time is the steadier figure when the
-    # machine is shared.
+    # the two under the same load, in wall and in CPU time (unpinned, CPU time
+    # also counts XLA:CPU's thread pool waiting: docs/performance.md).
     generations = record["generations_timed"]
-    history = evolve(
-        built.key,
-        strategy,
-        built.fitness,
-        num_generations=generations,
-        chunk_size=generations,
-    ).history
     names = {False: "hand_fused", True: "hand_fused_genome_keys"}
     calls = {
         names[genome_keys]: baselines.hand_fused_call(
@@ -323,11 +317,13 @@ def l0_baselines(
         )
         for genome_keys in (False, True)
     }
+    kept: list[Any] = []
     times = steady_times(
-        {"evolve": evolve_call(built, generations), **calls},
+        {"evolve": evolve_call(built, generations, kept=kept), **calls},
         generations,
         record["repeats"],
     )
+    history = kept[0].history
     steps = record["population_size"] * lifetime
     evolve_s, evolve_cpu_s = (times["evolve"][k] for k in TIMES)
     for name, call in calls.items():
