@@ -20,6 +20,7 @@ import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import ml_dtypes
 import numpy as np
 import pytest
 import reference_nets as ref
@@ -422,10 +423,12 @@ def test_in_kernel_rounding_equals_stochastic_round_bit_for_bit(dtype):
     np.testing.assert_array_equal(as_bits(got)[finite], as_bits(want)[finite])
     assert np.array_equal(np.isnan(np.asarray(got)), np.isnan(np.asarray(want)))
     # the values exercise both roundings, not only the nearest one
-    moved = np.asarray(
-        got.astype(jnp.float32) != values.astype(dtype).astype(jnp.float32)
-    )
-    assert 0.05 < moved.mean() < 0.95
+    # (nearest by NumPy: XLA:GPU may fold a jnp round trip to float32 into x)
+    np_dtype = ml_dtypes.bfloat16 if dtype == jnp.bfloat16 else np.float16
+    with np.errstate(over="ignore", invalid="ignore"):  # inf, nan: not counted
+        nearest = np.asarray(values).astype(np_dtype).astype(np.float32)
+    moved = np.asarray(got).astype(np.float32) != nearest
+    assert 0.05 < moved[np.isfinite(nearest)].mean() < 0.95
 
 
 # -- populations, selection, lowering ------------------------------------------------
@@ -479,10 +482,9 @@ def test_fused_policy_runs_under_evaluate_and_the_strategy_and_compiles_once():
 
 
 def test_auto_picks_the_measured_layout_and_pallas_only_when_asked():
-    # segment was the fastest layout on an H200 at every measured point
-    assert choose_layout(256, 2048, 8, platform="gpu") == "segment"
-    assert choose_layout(256, 2048, 8, plastic=True, platform="gpu") == "segment"
-    assert choose_layout(1024, 10_000, 200, platform="gpu") == "segment"  # ragged
+    # on GPU a deterministic layout (segment's scatter-add runs on atomics)
+    assert choose_layout(256, 2048, 8, platform="gpu") == "gather"
+    assert choose_layout(128, 1024, 8, plastic=True, platform="gpu") == "dense"
     assert choose_layout(256, 2048, 8, platform="tpu") == "gather"
     for plastic in (False, True):
         for backend in ("cpu", "gpu", "tpu"):

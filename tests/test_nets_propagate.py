@@ -18,6 +18,7 @@ from eqxevo.nets import (
     make_layout,
     propagate,
 )
+from eqxevo.nets.layouts import DETERMINISTIC_GPU_FLAG
 
 # Shapes are fixed (N = 12 neurons, E_max = 48 slots) so that every example
 # reuses the same compiled programs; the topology, mask and values vary.
@@ -145,12 +146,36 @@ def test_auto_follows_the_documented_rule():
         assert got == expected, (n, k, plastic)
     # ragged in-degree (E much smaller than N * max fan-in): never the gather layout
     assert choose_layout(1024, 10_000, 200, platform="cpu") == "segment"
-    assert choose_layout(1024, 10_000, 200, platform="gpu") == "segment"
-    # GPU (measured on an H200): segment; TPU (unmeasured): gather
-    assert choose_layout(256, 2048, 8, platform="gpu") == "segment"
+    # GPU: deterministic layouts only (measured on an H100: segment's scatter-add
+    # gave other bits for the same key), dense up to 128 neurons, ragged or not
+    for plastic in (False, True):
+        assert choose_layout(64, 512, 8, plastic=plastic, platform="gpu") == "dense"
+        assert choose_layout(128, 1024, 8, plastic=plastic, platform="gpu") == "dense"
+        assert choose_layout(256, 2048, 8, plastic=plastic, platform="gpu") == "gather"
+    assert choose_layout(1024, 10_000, 200, platform="gpu") == "gather"
+    assert choose_layout(100, 150, 90, platform="gpu") == "dense"
+    # TPU (unmeasured): gather
     assert choose_layout(256, 2048, 8, platform="tpu") == "gather"
     topology = Topology.fixed_fan_in(N, 3, key=jr.key(0))
     assert make_layout(topology, "auto").name == choose_layout(N, 3 * N, 3)
+
+
+def test_the_segment_layout_on_a_gpu_is_named_nondeterministic(monkeypatch, key):
+    # XLA:GPU's scatter-add runs on atomics: on an H100 the same key gave other
+    # bits at L0/L2/L4 unless XLA_FLAGS held the deterministic-ops flag.
+    topology = Topology.fixed_fan_in(N, 3, key=key)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    with pytest.warns(RuntimeWarning, match="xla_gpu_deterministic_ops=true"):
+        make_layout(topology, "segment")
+    for name in ("auto", "dense", "gather"):
+        make_layout(topology, name)  # no warning: warnings are errors here
+    assert make_layout(topology, "auto").name == "dense"
+    monkeypatch.setenv("XLA_FLAGS", DETERMINISTIC_GPU_FLAG)
+    make_layout(topology, "segment")
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    monkeypatch.delenv("XLA_FLAGS")
+    make_layout(topology, "segment")
 
 
 def test_unknown_layout_and_wrong_native_shape_raise(key):

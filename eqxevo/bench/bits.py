@@ -59,8 +59,13 @@ def _compare(name: str, lifetime: int, params: dict[str, Any]) -> list[dict]:
             )
 
         reference = run()
-        variants = {"batch_size=16": run(batch_size=16)}
-        for count in (2, DEVICES):
+        # device counts this machine has (one GPU: none), else one more block size
+        counts = [count for count in (2, DEVICES) if count <= jax.device_count()]
+        variants = {
+            f"batch_size={size}": run(batch_size=size)
+            for size in ((16,) if counts else (16, 8))
+        }
+        for count in counts:
             mesh = population_mesh(jax.devices()[:count])
             variants[f"{count} devices"] = run(mesh=mesh)
         for variant, out in variants.items():
@@ -85,6 +90,7 @@ def _compare(name: str, lifetime: int, params: dict[str, Any]) -> list[dict]:
                     "fitness_identical": not fitness_gap,
                     "max_relative_fitness_gap": fitness_gap,
                     "differing_leaves": ",".join(differ) or "none",
+                    "device": jax.devices()[0].device_kind,
                 }
             )
     return records

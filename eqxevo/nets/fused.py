@@ -23,6 +23,7 @@ from .plasticity import (
     element_bits,
     round_between,
     three_factor_update,
+    widen,
 )
 from .propagate import GatherLayout
 from .topology import Topology
@@ -420,7 +421,7 @@ def round_stochastically(
     dtype = jnp.dtype(dtype)
     unsigned = jnp.uint16
     nearest = value.astype(dtype)
-    nearest32 = nearest.astype(jnp.float32)
+    nearest32 = widen(nearest)
     up = value - nearest32 > 0
     pattern = lax.bitcast_convert_type(nearest, unsigned)
     one = jnp.ones((), unsigned)

@@ -2,7 +2,11 @@
 
 # This module sits above propagate.py (the XLA layouts) and fused.py (which
 # builds on them), so that it can name all four.
+import os
+import warnings
 from collections.abc import Callable
+
+import jax
 
 from .fused import PallasLayout
 from .propagate import (
@@ -21,6 +25,29 @@ _CLASSES: dict[str, Callable[[Topology], AbstractLayout]] = {
     "dense": DenseLayout,
     "pallas": PallasLayout,
 }
+
+
+DETERMINISTIC_GPU_FLAG = "--xla_gpu_deterministic_ops=true"
+"""The XLA flag under which XLA:GPU's scatter-add (the segment layout's) is
+deterministic: the same bits for the same key, 3-5x slower at the milestones
+(NVIDIA H100, jax 0.11.2; docs/performance.md)."""
+
+
+def warn_if_nondeterministic(layout: str) -> None:
+    """Warn when the segment layout runs on a GPU whose scatter-add uses atomics."""
+    if (
+        layout == "segment"
+        and jax.default_backend() == "gpu"
+        and DETERMINISTIC_GPU_FLAG not in os.environ.get("XLA_FLAGS", "")
+    ):
+        warnings.warn(
+            "layout='segment' is not deterministic on this GPU: XLA's scatter-add "
+            "runs on atomics, so the same key can give other bits; use 'auto' "
+            "(dense or gather there), or set "
+            f"XLA_FLAGS={DETERMINISTIC_GPU_FLAG} before JAX starts (3-5x slower)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def make_layout(
@@ -50,7 +77,8 @@ def make_layout(
             f"layout must be one of 'auto', {', '.join(map(repr, LAYOUTS))}, "
             f"'pallas'; got {layout!r}"
         )
+    warn_if_nondeterministic(layout)
     return _CLASSES[layout](topology)
 
 
-__all__ = ["make_layout"]
+__all__ = ["DETERMINISTIC_GPU_FLAG", "make_layout", "warn_if_nondeterministic"]

@@ -6,12 +6,9 @@ See docs/networks.md ("Plasticity") for the rules, reward modulation and 16-bit 
 import abc
 import dataclasses
 import math
-import os
-import warnings
 from typing import Any, Literal, TypeVar
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.typing import DTypeLike
@@ -85,6 +82,30 @@ def random_bits(
     return element_bits(index, bit_stream(seed, step))
 
 
+def widen(value: Array) -> Float[Array, "*shape"]:
+    """The float32 value of a float16/bfloat16 array, converted by its bits.
+
+    Equal to `value.astype(jnp.float32)`, but not a conversion XLA can fold: by
+    default XLA:GPU rewrites float32 -> 16-bit -> float32 as the identity
+    (`xla_allow_excess_precision`), which made stochastic rounding round to
+    nearest on an H200. Float16's subnormals are their mantissa times 2**-24.
+    """
+    half = lax.bitcast_convert_type(value, jnp.uint16).astype(jnp.uint32)
+    if value.dtype == jnp.bfloat16:
+        return lax.bitcast_convert_type(half << 16, jnp.float32)
+    sign = (half >> 15) << 31
+    exponent = (half >> 10) & jnp.uint32(0x1F)
+    mantissa = half & jnp.uint32(0x3FF)
+    # rebias 15 -> 127; the all-ones exponent (inf, nan) stays all ones
+    rebiased = jnp.where(exponent == 0x1F, jnp.uint32(0xFF), exponent + 112)
+    normal = lax.bitcast_convert_type(
+        sign | (rebiased << 23) | (mantissa << 13), jnp.float32
+    )
+    tiny = mantissa.astype(jnp.int32).astype(jnp.float32) * jnp.float32(2.0**-24)
+    tiny = jnp.where(sign != 0, -tiny, tiny)
+    return jnp.where(exponent == 0, tiny, normal)
+
+
 def round_between(
     value: Float[Array, "*#shape"],
     nearest: Array,
@@ -95,37 +116,17 @@ def round_between(
     `nearest`: unbiased rounding of float32 `value` between two 16-bit values.
 
     `bits` give the uniform draw (their top 24 bits); where the gap is zero or not
-    finite, or `value` is not finite, the result is `nearest`.
+    finite, or `value` is not finite, the result is `nearest`. Both candidates are
+    widened by their bits (`widen`), so no compiler folds the rounding away.
     """
-    nearest32 = nearest.astype(jnp.float32)
+    nearest32 = widen(nearest)
     residual = value - nearest32
-    gap = neighbour.astype(jnp.float32) - nearest32
+    gap = widen(neighbour) - nearest32
     usable = jnp.isfinite(gap) & (gap != 0) & jnp.isfinite(value)
     probability = jnp.where(usable, residual / jnp.where(usable, gap, 1.0), 0.0)
     # the top 24 bits: every such uniform is exact in float32
     uniform = (bits >> 8).astype(jnp.float32) * jnp.float32(2.0**-24)
     return jnp.where(uniform < probability, neighbour, nearest)
-
-
-KEEP_ROUNDING_FLAG = "--xla_allow_excess_precision=false"
-"""The XLA flag under which XLA:GPU keeps a float32 -> 16-bit -> float32 round
-trip. By default it folds the round trip away, so `stochastic_round` rounds to
-nearest there (measured on an NVIDIA H200, jax 0.11.2: no value of 2**20 moved
-off nearest; 25% with the flag, as on CPU)."""
-
-
-def warn_if_rounding_is_folded() -> None:
-    """Warn when `stochastic_round` runs on a GPU whose XLA folds its round trip."""
-    if jax.default_backend() == "gpu" and KEEP_ROUNDING_FLAG not in os.environ.get(
-        "XLA_FLAGS", ""
-    ):
-        warnings.warn(
-            "16-bit traces round to nearest on this GPU, not stochastically: XLA "
-            f"folds the rounding away; set XLA_FLAGS={KEEP_ROUNDING_FLAG} before "
-            "JAX starts (docs/networks.md, 16-bit traces)",
-            RuntimeWarning,
-            stacklevel=3,
-        )
 
 
 def stochastic_round(
@@ -135,14 +136,14 @@ def stochastic_round(
 
     `E[result] == value` (exactly, up to the 24-bit resolution of the random
     threshold), so repeated updates do not drift the way round-to-nearest does.
-    Non-finite values round to nearest.
+    Non-finite values round to nearest. The same bits on a GPU, with no XLA flag
+    (`widen`).
     """
     dtype = jnp.dtype(dtype)
     if dtype == jnp.float32:
         return value.astype(jnp.float32)
-    warn_if_rounding_is_folded()
     nearest = value.astype(dtype)
-    residual = value - nearest.astype(jnp.float32)
+    residual = value - widen(nearest)
     # the other candidate: the next representable value on the residual's side
     toward = jnp.where(residual > 0, jnp.inf, -jnp.inf).astype(dtype)
     return round_between(value, nearest, jnp.nextafter(nearest, toward), bits)
@@ -529,7 +530,6 @@ def reinforce_step(layout: AbstractLayout, data: Any) -> PlasticState:
 
 
 __all__ = [
-    "KEEP_ROUNDING_FLAG",
     "MODULATIONS",
     "TRACE_DTYPES",
     "AbstractRule",
@@ -551,5 +551,5 @@ __all__ = [
     "stochastic_round",
     "three_factor_update",
     "update_trace",
-    "warn_if_rounding_is_folded",
+    "widen",
 ]

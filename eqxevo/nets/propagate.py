@@ -321,6 +321,11 @@ SEGMENT_MAX_FAN_IN_CPU_PLASTIC = 4
 GATHER_MAX_FAN_IN_CPU = 384
 # gather's slots (K * N) beyond this multiple of E_max count as ragged
 RAGGED_SLOTS = 1.25
+# On GPU segment's scatter-add runs on atomics: the same key gave other bits on an
+# H100, so "auto" picks a deterministic layout there: dense up to this many
+# neurons (0.77-0.98x of segment at the N = 64/128 milestones on an H100; ahead of
+# gather at N = 64 on an H200), gather above (ahead of dense from N = 256, H200).
+DENSE_MAX_NEURONS_GPU = 128
 
 
 def choose_layout(
@@ -336,11 +341,12 @@ def choose_layout(
     On CPU (measured): `"segment"` when the fan-in K is at most 16 (4 with
     plasticity), else `"gather"`, except `"segment"` again for K above 384
     without plasticity; at every measured point the pick is within 0.9x
-    of the fastest layout. A ragged in-degree (K * N > 1.25 E_max) always gets
-    `"segment"` (gather would store mostly padding). On GPU (measured on an
-    NVIDIA H200, docs/performance.md): `"segment"`, the fastest layout at every
-    measured point (the fused `"pallas"` kernel ran at 0.58-0.84x of it). On TPU
-    (not measured): `"gather"`. Pass `layout=` to override.
+    of the fastest layout. A ragged in-degree (K * N > 1.25 E_max) gets
+    `"segment"` (gather would store mostly padding). On GPU a deterministic
+    layout, never `"segment"` (its scatter-add runs on XLA:GPU's atomics, so the
+    same key gave other bits on an NVIDIA H100; docs/performance.md): `"dense"` up
+    to 128 neurons, else `"gather"`. On TPU (not measured): `"gather"`. Pass
+    `layout=` to override.
 
     Arguments:
         num_neurons: N.
@@ -350,14 +356,14 @@ def choose_layout(
         platform: `"cpu"`, `"gpu"`, `"tpu"`; default `jax.default_backend()`.
 
     Returns:
-        `"segment"` or `"gather"` (never `"dense"` or `"pallas"`).
+        `"segment"`, `"gather"` or (GPU) `"dense"`; never `"pallas"`.
     """
+    platform = platform or jax.default_backend()
+    if platform == "gpu":
+        return "dense" if num_neurons <= DENSE_MAX_NEURONS_GPU else "gather"
     # A ragged in-degree (max fan-in far above the mean) would make gather's
     # K * N slots mostly padding: the edge list is the only compact layout then.
     if max(1, max_fan_in) * num_neurons > RAGGED_SLOTS * num_edges:
-        return "segment"
-    platform = platform or jax.default_backend()
-    if platform == "gpu":
         return "segment"
     if platform != "cpu":
         return "gather"
