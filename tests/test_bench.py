@@ -110,7 +110,7 @@ def test_report_says_by_how_much_a_target_is_missed(tmp_path):
                     {
                         "baseline": "hand_fused",
                         "evolve_over_baseline": 0.5,
-                        "evolve_over_baseline_cpu": 0.96,
+                        "evolve_over_baseline_cpu": 0.948,
                     },
                     {"baseline": "python_step_loop", "evolve_over_baseline": 100.0},
                 ],
@@ -120,7 +120,8 @@ def test_report_says_by_how_much_a_target_is_missed(tmp_path):
     }
     rows = {r["target"]: r["status"] for r in targets(results)}
     assert rows["evolve / hand-fused JAX >= 0.95"] == "missed by 1.90x"
-    assert rows["evolve / hand-fused JAX >= 0.95, in CPU time"] == "met"
+    # a miss two decimals would show as "1.00x" gets three
+    assert rows["evolve / hand-fused JAX >= 0.95, in CPU time"] == "missed by 1.002x"
     assert rows["evolve / Python loop, jitted step >= 30"] == "met"
     assert rows["evolve / NumPy vectorised >= 8"] == "not measured"
     assert rows["CartPole: eqxevo / EvoJAX SimManager >= 1.5"] == "met"

@@ -19,7 +19,12 @@ def _target(
         status = "met"
     else:
         factor = bound / value if above else value / bound
-        status = f"missed by {factor:.2f}x"
+        # three decimals where two would round a miss to "1.00x"
+        status = (
+            f"missed by {factor:.2f}x"
+            if factor >= 1.005
+            else f"missed by {factor:.3f}x"
+        )
     return {"target": name, "value": value, "status": status}
 
 
