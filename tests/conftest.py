@@ -17,6 +17,10 @@ import zlib
 _CACHE_MADE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
 if _CACHE_MADE:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="eqxevo-tests-")
+# Every program, not only those compiling for a second or more (JAX's default):
+# the suite's programs are small, compiled again in each module (caches are
+# cleared between modules, below) and in every CLI the tests start.
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import hypothesis  # noqa: E402
 import jax  # noqa: E402
