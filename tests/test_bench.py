@@ -437,3 +437,19 @@ def test_bfloat16_traces_plan_fewer_bytes_per_genome_than_float32():
     for r in rows:
         small, large = r["planned_bytes"]
         assert large > small
+
+
+def test_bits_on_one_device_compare_batch_sizes_instead_of_device_counts(monkeypatch):
+    # a one-GPU machine has no 2 or 4 devices to compare: two block sizes instead
+    from eqxevo.bench.bits import _compare
+
+    monkeypatch.setattr(jax, "device_count", lambda: 1)
+    records = _compare("L0", 20, {"episode_length": 10})
+    variants = {(r["episodes"], r["variant"]) for r in records}
+    assert variants == {
+        (episodes, f"batch_size={size}")
+        for episodes in ("shared", "per_genome")
+        for size in (16, 8)
+    }
+    assert all(r["differing_leaves"] == "none" for r in records)
+    assert {r["device"] for r in records} == {jax.devices()[0].device_kind}
