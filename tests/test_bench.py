@@ -453,3 +453,15 @@ def test_bits_on_one_device_compare_batch_sizes_instead_of_device_counts(monkeyp
     }
     assert all(r["differing_leaves"] == "none" for r in records)
     assert {r["device"] for r in records} == {jax.devices()[0].device_kind}
+
+
+def test_layout_determinism_reports_bits_twice_and_in_blocks_with_the_speed():
+    # on CPU every XLA layout is deterministic; on a GPU segment was not (H100)
+    from eqxevo.bench.determinism import DETERMINISM_COLUMNS, layout_determinism
+
+    (record,) = layout_determinism(quick=True, milestones=("L0",), layouts=("gather",))
+    assert set(DETERMINISM_COLUMNS) <= set(record)
+    assert record["layout"] == "gather" and record["auto"] is False  # CPU: segment
+    assert record["same_key_identical"] and record["two_blocks_identical"]
+    assert record["agent_steps_per_s"] > 0
+    assert record["device"] == jax.devices()[0].device_kind

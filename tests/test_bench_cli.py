@@ -75,7 +75,12 @@ def test_quick_adds_the_ci_parts_and_only_picks_parts(planned, tmp_path):
         QUICK_PARTS,
         ["traces", "cache"],
     ]
-    assert set(QUICK_PARTS) - set(DEFAULT_PARTS) == {"traces", "bits", "gymnax"}
+    assert set(QUICK_PARTS) - set(DEFAULT_PARTS) == {
+        "traces",
+        "bits",
+        "determinism",
+        "gymnax",
+    }
 
 
 def test_options_reach_every_part(planned, tmp_path):

@@ -31,6 +31,7 @@ _LAZY = {
     "state_bytes": "nets",
     "trace_drift": "nets",
     "trace_drift_sweep": "nets",
+    "layout_determinism": "determinism",
     "NEEDS_GPU": "fused",
     "fitness_agreement": "fused",
     "pallas_comparison": "fused",

@@ -28,6 +28,7 @@ PARTS: dict[str, str] = {
     "traces": "16-bit eligibility-trace drift against float32",
     "pallas": "fused Pallas kernel vs XLA layouts (needs a GPU)",
     "bits": "same bits across batch sizes and device counts",
+    "determinism": "the same key twice and two blocks, per layout, with its speed",
     "gymnax": "4 gymnax tasks vs evosax, held-out return (1-2 h)",
 }
 """Every part, in the order a run takes them, with its line of `--help`."""
@@ -46,7 +47,7 @@ DEFAULT_PARTS = [
 ]
 """What runs without `--only`."""
 
-QUICK_PARTS = [*DEFAULT_PARTS, "traces", "bits", "gymnax"]
+QUICK_PARTS = [*DEFAULT_PARTS, "traces", "bits", "determinism", "gymnax"]
 """What runs with `--quick` and without `--only` (the CI smoke run)."""
 
 
@@ -466,6 +467,14 @@ def _pallas(options: Options, meta: dict[str, Any]) -> list[dict]:
     return rows
 
 
+def _determinism(options: Options, meta: dict[str, Any]) -> list[dict]:
+    from .determinism import DETERMINISM_COLUMNS, layout_determinism
+
+    say("the same key twice, per layout...")
+    records = layout_determinism(quick=options.quick)
+    return _save(options, meta, "determinism", records, DETERMINISM_COLUMNS)
+
+
 def _gymnax(options: Options, meta: dict[str, Any]) -> list[dict]:
     from .gymnax_suite import gymnax_comparison, markdown, single_threaded_lapack
 
@@ -495,6 +504,7 @@ _RUNNERS: dict[str, Callable[[Options, dict[str, Any]], Any]] = {
     "traces": _traces,
     "pallas": _pallas,
     "bits": _bits,
+    "determinism": _determinism,
     "gymnax": _gymnax,
 }
 

@@ -205,6 +205,7 @@ def _sections() -> dict[str, Callable[[Any], list[str]]]:
     """Per part, in the report's order: its section, from the part's results."""
     # each table's columns live beside the function that makes its records
     from .cartpole import CARTPOLE_COLUMNS
+    from .determinism import DETERMINISM_COLUMNS
     from .fused import PALLAS_COLUMNS
     from .kernels import KERNEL_COLUMNS
     from .milestones import BREAKDOWN_COLUMNS
@@ -231,6 +232,10 @@ def _sections() -> dict[str, Callable[[Any], list[str]]]:
         "memory": _memory,
         "cartpole": one_table("CartPole", CARTPOLE_COLUMNS),
         "bits": _bits,
+        "determinism": one_table(
+            "The same key twice, per layout (evaluate; agent-steps/s, wall)",
+            DETERMINISM_COLUMNS,
+        ),
         "pallas": one_table(
             "Fused Pallas kernel vs XLA layouts (agent-steps/s, wall)", PALLAS_COLUMNS
         ),
