@@ -55,8 +55,8 @@ class _BenchCommand(click.Command):
 @click.option(
     "--quick",
     is_flag=True,
-    help="CI smoke mode: small sizes; without --only, also the traces, bits and "
-    "gymnax parts.",
+    help="CI smoke mode: small sizes; without --only, also the traces, bits, "
+    "determinism and gymnax parts.",
 )
 @click.option(
     "--out",
