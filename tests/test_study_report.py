@@ -48,7 +48,7 @@ CELLS = pd.DataFrame(
 )
 
 
-RESAMPLES = 999
+RESAMPLES = 199
 
 
 @pytest.fixture(autouse=True)
