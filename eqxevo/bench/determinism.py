@@ -40,11 +40,14 @@ DETERMINISM_COLUMNS = [
 """The columns of the determinism table (`layout_determinism`'s records)."""
 
 
-def _point(name: str, layout: str, auto: str, quick: bool) -> dict[str, Any]:
+def _built(name: str, layout: str, quick: bool) -> Any:
+    """Milestone `name` built with `layout` (`"auto"`: this machine's pick)."""
     table = to_dict(milestone_experiment(name, quick=quick))
-    options = table["net"].setdefault("options", {})
-    options["layout"] = layout
-    built = build(from_dict(table))
+    table["net"].setdefault("options", {})["layout"] = layout
+    return build(from_dict(table))
+
+
+def _point(name: str, layout: str, auto: str, built: Any) -> dict[str, Any]:
     population = sample_population(built)
     size = built.strategy.population_size
     lifetime = built.experiment.run.lifetime
@@ -84,9 +87,12 @@ def layout_determinism(
     """One record per milestone and layout (columns: `DETERMINISM_COLUMNS`)."""
     records = []
     for name in milestones:
-        # the layout `"auto"` builds on this machine
-        auto = build(milestone_experiment(name, quick=quick)).genome.layout.name
-        records += [_point(name, layout, auto, quick) for layout in layouts]
+        # built once with "auto": its layout's point reuses it
+        picked = _built(name, "auto", quick)
+        auto = picked.genome.layout.name
+        for layout in layouts:
+            built = picked if layout == auto else _built(name, layout, quick)
+            records.append(_point(name, layout, auto, built))
     return records
 
 
