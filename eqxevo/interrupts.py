@@ -23,6 +23,39 @@ def _name(signum: int) -> str:
     return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
+def _last_words_fd(stream: Any) -> int | None:
+    """A copy of `stream`'s file descriptor, after stdout, stderr and the stream's
+    own descriptor were pointed at /dev/null: the main thread may be printing a
+    line while the watcher exits, and the exit message must stay the last line.
+    None when `stream` has no descriptor."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    try:
+        saved = os.dup(fd)
+    except OSError:
+        return None
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        for target in {1, 2, fd}:
+            os.dup2(null, target)
+
+    # A write that began before dup2 may still be on its way to the old file. The
+    # streams' buffered writers hold their lock through each write: a flush
+    # returns once those writes are done (what it flushes goes to /dev/null). In
+    # a thread, so that a write stuck on a full pipe cannot stop the exit.
+    def drain() -> None:
+        for each in {id(s): s for s in (stream, sys.stdout, sys.stderr)}.values():
+            with contextlib.suppress(Exception):
+                each.flush()
+
+    drainer = threading.Thread(target=drain, name="eqxevo-drain", daemon=True)
+    drainer.start()
+    drainer.join(timeout=1)
+    return saved
+
+
 class StopRequest:
     """Installs the SIGINT/SIGTERM handling of docs/internals.md ("Interrupts").
 
@@ -68,15 +101,27 @@ class StopRequest:
         except (OSError, ValueError):
             pass
 
-    def _exit_now(self, signum: int) -> None:
-        self._write(self.describe())
+    def _exit_now(self, signum: int, *lines: str) -> None:
+        lines = (*lines, self.describe())
+        stream = self.stream if self.stream is not None else sys.stderr
+        fd = _last_words_fd(stream)
+        if fd is None:  # not a file (a test's buffer): nothing else writes there
+            for line in lines:
+                self._write(line)
+        else:
+            # From a new line: print() writes a line's text and its newline
+            # apart, and the exit may fall between them.
+            text = "\n" + "".join(line + "\n" for line in lines)
+            if os.isatty(fd):
+                text = "\x1b[?25h" + text  # give the cursor back (rich hides it)
+            with contextlib.suppress(OSError):
+                os.write(fd, text.encode())
         os._exit(exit_code(signum))
 
     def _on_signal(self, signum: int) -> None:
         self._count += 1
         if self._count > 1:
-            self._write(f"{_name(signum)} again: quitting at once.")
-            self._exit_now(signum)
+            self._exit_now(signum, f"{_name(signum)} again: quitting at once.")
         # The run holds the lock while it writes a chunk's results: an exit
         # waits for the write to finish instead of cutting it short.
         with self.lock:
