@@ -16,6 +16,7 @@ from jaxtyping import Float
 from .runner import load_plan, load_study, read_summary, run_dir
 from .spec import Study, format_value, require
 from .stats import (
+    CURVE_RESAMPLES,
     MIN_RUNS_FOR_CI,
     iqm_interval,
     mean_interval,
@@ -297,7 +298,7 @@ def curve_band(
     complete = ~np.isnan(values).any(axis=0)
     if values.shape[0] >= MIN_RUNS_FOR_CI and complete.any():
         low[complete], high[complete] = scipy_interval(
-            (values[:, complete],), np.mean, axis=0, n_resamples=2000
+            (values[:, complete],), np.mean, axis=0, n_resamples=CURVE_RESAMPLES
         )
     return mean, low, high
 
