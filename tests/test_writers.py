@@ -224,7 +224,14 @@ def test_a_cut_short_summary_is_refused_by_eval_and_rebuilt_by_resume(
     assert result.exit_code == 0, result.output
     assert "writing it again from the run's files" in result.output
     after = json.loads(path.read_text())
-    for key in ("heldout", "best_fitness", "checksums", "generations", "complete"):
+    for key in (
+        "heldout",
+        "best_fitness",
+        "checksums",
+        "generations",
+        "complete",
+        "checkpoint",  # what the next resume checks the newest checkpoint against
+    ):
         assert after[key] == before[key], key
 
 

@@ -183,17 +183,24 @@ class Run:
 
     def _check_restored(self) -> None:
         """The newest checkpoint, when restored, is the one summary.json recorded
-        writing (not one copied in from another run of the same experiment)."""
-        recorded = self.summary.get("checkpoint")
-        if self.state is None or not isinstance(recorded, dict):
+        writing (not one copied in from another run of the same experiment); from
+        here summary.json records the one restored (also when it was rebuilt, so
+        that the next resume has a record to check)."""
+        if self.state is None:
             return
-        if recorded.get("generation") != self.generation:
-            return  # an older one (a fallback), or summary.json lagged a kill
-        if integrity(self.state)["sha256"] != recorded.get("sha256"):
+        recorded = self.summary.get("checkpoint")
+        digest = integrity(self.state)["sha256"]
+        if (
+            isinstance(recorded, dict)
+            # not an older one (a fallback), nor summary.json lagging a kill
+            and recorded.get("generation") == self.generation
+            and digest != recorded.get("sha256")
+        ):
             raise RunDirError(
                 f"{self.dir.path}/checkpoints/{self.generation} is not the checkpoint "
                 "this run wrote (its SHA-256 differs from summary.json's)"
             )
+        self.summary["checkpoint"] = {"generation": self.generation, "sha256": digest}
 
     # -- the run's course ---------------------------------------------------------
 
