@@ -94,8 +94,9 @@ def evaluate_once(mesh: Any) -> Any:
     return evaluate(jr.key(3), lambda g, k: lifetime(g, k, 8), population, mesh=mesh)
 
 
-# Every built-in environment with every built-in network, small, episodes
-# ending every 10 steps (resets run transcendentals the other steps do not).
+# Every built-in environment and every built-in network (`registry.ENVS`,
+# `registry.NETS`; a test checks both) in six pairs, small, episodes ending
+# every 10 steps (resets run transcendentals the other steps do not).
 BUILTINS = {
     "L0-sparse_rate": ("chemotaxis", "sparse_rate", {"num_neurons": 32, "fan_in": 8}),
     "L2-sparse_lif": ("foraging", "sparse_lif", {"num_neurons": 32, "fan_in": 8}),
@@ -110,6 +111,7 @@ BUILTINS = {
     ),
     "L0-recurrent": ("chemotaxis", "recurrent", {}),
     "L2-mlp": ("foraging", "mlp", {}),
+    "L4-gru": ("long_horizon", "gru", {"hidden_size": 8}),
 }
 
 
@@ -178,7 +180,7 @@ SCENARIOS: dict[str, Callable[[Any], Any]] = {
 # traffic between processes: states and keys replicated from each process's copy,
 # populations split across processes (`evaluate`), fitness gathered back, results
 # read on every process. These scenarios move all of it between them (one
-# built-in, the one with per-genome episodes, stands for the five).
+# built-in, the one with per-genome episodes, stands for the six).
 DISTRIBUTED = ("evolve", "evaluate", "builtin/L0-sparse_rate", "strangers")
 
 

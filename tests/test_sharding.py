@@ -18,9 +18,10 @@ import jax.random as jr
 import numpy as np
 import pytest
 from helpers import Net, sphere
-from sharding_worker import DISTRIBUTED, SCENARIOS, flatten
+from sharding_worker import BUILTINS, DISTRIBUTED, SCENARIOS, flatten
 
 import eqxevo
+from eqxevo.registry import ENVS, NETS
 from eqxevo.sharding import (
     POPULATION_AXIS,
     check_divisible,
@@ -95,6 +96,11 @@ def assert_same_as_reference(
     assert f"population_size={size} must be divisible" in population_error
     assert f"({num_devices})" in population_error
     assert f"num_promoted={num_devices + 1} must be divisible" in promoted_error
+
+
+def test_the_sharded_builtins_cover_every_environment_and_network():
+    assert {env for env, _, _ in BUILTINS.values()} == set(ENVS)
+    assert {net for _, net, _ in BUILTINS.values()} == set(NETS)
 
 
 @pytest.mark.slow
