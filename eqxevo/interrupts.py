@@ -12,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SHOW_CURSOR = "\x1b[?25h"
+"""Gives a terminal its cursor back (rich's live bar hides it)."""
 
 
 def exit_code(signum: int) -> int:
@@ -95,7 +97,7 @@ class StopRequest:
         stream = self.stream if self.stream is not None else sys.stderr
         try:
             if stream.isatty():
-                text = "\x1b[?25h\n" + text  # give the cursor back (rich hides it)
+                text = SHOW_CURSOR + "\n" + text
             stream.write(text + "\n")
             stream.flush()
         except (OSError, ValueError):
@@ -113,7 +115,7 @@ class StopRequest:
             # apart, and the exit may fall between them.
             text = "\n" + "".join(line + "\n" for line in lines)
             if os.isatty(fd):
-                text = "\x1b[?25h" + text  # give the cursor back (rich hides it)
+                text = SHOW_CURSOR + text
             with contextlib.suppress(OSError):
                 os.write(fd, text.encode())
         os._exit(exit_code(signum))
