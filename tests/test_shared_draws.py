@@ -22,6 +22,7 @@ from eqxevo.config import from_dict
 from eqxevo.evaluate import CPU_BLOCK_MAX, block_width, draws_apart
 from eqxevo.experiment import build
 from eqxevo.rollout import DRAW_BLOCK, draw_block, record, rollout
+from eqxevo.staging import draws_apart_pay
 
 NETS = {
     "L0": ("chemotaxis", {}),
@@ -76,7 +77,7 @@ def test_shared_draws_give_the_bits_of_every_block_size(
     name, size, batch_size, episodes
 ):
     fitness_fn, population = workload(name)
-    assert fitness_fn.draws_apart
+    assert fitness_fn.draws_apart == draws_apart_pay()  # GPU: drawn per genome
     population = first(population, size)
     key = jr.key(7)
     want = evaluate(key, fitness_fn, population, episodes=episodes)
