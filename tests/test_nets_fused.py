@@ -294,6 +294,7 @@ def _random_inputs(policy, rng, population):
             "baseline": uniform(),
             "seed": rng.integers(0, 2**32, p, dtype=np.uint32),
             "step": rng.integers(0, 2**32, p, dtype=np.uint32),
+            "pending": rng.random(p) < 0.5,  # a reward's update still to apply
         }
         if not isinstance(policy, SparseRatePolicy):
             state |= {"pre_trace": uniform(n), "post_trace": uniform(n)}
@@ -318,6 +319,7 @@ def _random_step(policy, evolvable, inputs):
                 baseline=s["baseline"],
                 seed=s["seed"],
                 step=s["step"],
+                pending=s["pending"],
             )
         if isinstance(genome, SparseRatePolicy):
             state = SparseRateState(s["potential"], s["rate"], plastic)

@@ -52,7 +52,7 @@ def _lifetime(policy, observations, rewards):
         obs, reward = inputs
         action, state = policy(obs, state)
         state = policy.reinforce(reward, state)
-        return state, (action, state)
+        return state, (action, policy.settled(state))  # the reward's update shown
 
     init = policy.initial_state(jr.key(2))
     _, (actions, states) = jax.lax.scan(body, init, (observations, rewards))

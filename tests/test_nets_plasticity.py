@@ -242,7 +242,8 @@ def _fraction_at_bound(rule: HebbianRule, reward: float, steps: int = 2000) -> f
 
         return jax.lax.scan(step, state, jnp.arange(steps))[0]
 
-    weights = lifetime(policy.initial_state(jax.random.key(3))).plastic.weights
+    state = policy.settled(lifetime(policy.initial_state(jax.random.key(3))))
+    weights = state.plastic.weights
     edges = np.asarray(policy.layout.edge_values(weights))[np.asarray(topology.mask)]
     lo, hi = rule.weight_bounds
     return float(np.mean((edges <= lo) | (edges >= hi)))

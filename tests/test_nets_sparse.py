@@ -132,6 +132,9 @@ def _step(policy, obs, state, reward):
     return action, policy.reinforce(reward, state)
 
 
+_settled = eqx.filter_jit(lambda policy, state: policy.settled(state))
+
+
 CONFIGS = [
     (kind, layout, plasticity)
     for kind in ("rate", "spiking")
@@ -145,19 +148,19 @@ def check_steps_against_the_reference(policy, num_steps: int) -> float:
     reference, asserting equal actions and states; returns the spikes fired."""
     p = _params(policy)
     state = policy.initial_state(jr.key(1))
+    got = _state(policy, state)
     fired = 0.0
     for t in range(num_steps):
         obs = jr.uniform(jr.fold_in(jr.key(2), t), (OBS,), minval=0.5, maxval=1.5)
         reward = jnp.float32(0.5 - 0.2 * t)
         spiking = isinstance(policy, SparseSpikingPolicy)
         ref_step = ref.spiking_policy_step if spiking else ref.rate_policy_step
-        want_action, want = ref_step(
-            p, np.asarray(obs, np.float64), _state(policy, state)
-        )
+        want_action, want = ref_step(p, np.asarray(obs, np.float64), got)
         if policy.rule is not None and policy.rule.modulation == "reward":
             want = ref.reinforce(p, want, float(reward), seen=t)
         action, state = _step(policy, obs, state, reward)
-        got = _state(policy, state)
+        # the next step applies the reward's update first; `settled` shows it now
+        got = _state(policy, _settled(policy, state))
         assert action.shape == (ACT,)
         np.testing.assert_allclose(np.asarray(action), want_action, **TOL)
         assert got.keys() == want.keys()
@@ -185,7 +188,7 @@ def _lifetime(policy, key, num_steps=40):
     init = (policy.initial_state(key), jnp.ones(OBS))
     ts = jnp.arange(num_steps, dtype=jnp.float32)
     (state, _), actions = jax.lax.scan(body, init, ts)
-    return actions, state
+    return actions, policy.settled(state)
 
 
 _lifetime_jit = eqx.filter_jit(_lifetime)

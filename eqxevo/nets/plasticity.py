@@ -424,6 +424,11 @@ class PlasticState(eqx.Module):
         modulation: the last modulatory signal m(t), a float32 scalar.
         baseline: running reward average (used with `baseline_decay`).
         seed, step: uint32 scalars feeding the stochastic-rounding bits.
+        pending: a bool scalar, True after `reinforce` (modulation="reward"):
+            the update `clip(w + eta m e)` with that m is due and not yet in
+            `weights`. The next step applies it first (`settle_step`), where it
+            reads the eligibility trace already stored (docs/performance.md, L4);
+            read weights after `reinforce` through the policy's `settled`.
     """
 
     weights: Array
@@ -432,6 +437,7 @@ class PlasticState(eqx.Module):
     baseline: Array
     seed: Array
     step: Array
+    pending: Array
 
     def advanced(
         self, weights: Array, trace: Array, modulation: Array
@@ -444,6 +450,7 @@ class PlasticState(eqx.Module):
             baseline=self.baseline,
             seed=self.seed,
             step=self.step + jnp.uint32(1),
+            pending=jnp.zeros_like(self.pending),
         )
 
 
@@ -513,19 +520,38 @@ def plastic_step(
 
 
 def reinforce_step(layout: AbstractLayout, data: Any) -> PlasticState:
-    """The reward-modulated update, population-last: `data` is `(rule, reward,
-    plastic)`; returns the plastic state with the new weights, m and baseline
-    (a sparse policy's `reinforce`, through `population_last`)."""
+    """The reward's modulation, population-last: `data` is `(rule, reward,
+    plastic)`; returns the plastic state with the new m and baseline and the
+    weight update pending (a sparse policy's `reinforce`, through
+    `population_last`; `settle_step` applies it)."""
     rule, reward, plastic = data
-    rule = rule.in_native(layout)
     # `reinforce` follows the step that advanced `plastic.step`: the rewards
     # before this one number step - 1.
     seen = jnp.maximum(plastic.step.astype(jnp.float32) - 1.0, 0.0)
-    modulation, baseline = reward_modulation(rule, reward, plastic.baseline, seen)
-    mask = layout.native_mask()[..., None]
-    weights = rule.update(plastic.weights, plastic.trace, modulation, mask)
+    modulation, baseline = reward_modulation(
+        rule.in_native(layout), reward, plastic.baseline, seen
+    )
     return dataclasses.replace(
-        plastic, weights=weights, modulation=modulation, baseline=baseline
+        plastic,
+        modulation=modulation,
+        baseline=baseline,
+        pending=jnp.ones_like(plastic.pending),
+    )
+
+
+def settle_step(layout: AbstractLayout, data: Any) -> PlasticState:
+    """A pending reward-modulated update applied, population-last: `data` is
+    `(rule, plastic)`; the weights `clip(w + eta m e)` where `plastic.pending`."""
+    rule, plastic = data
+    if rule.modulation != "reward":  # nothing is ever pending
+        return plastic
+    mask = layout.native_mask()[..., None]
+    rule = rule.in_native(layout)
+    weights = rule.update(plastic.weights, plastic.trace, plastic.modulation, mask)
+    return dataclasses.replace(
+        plastic,
+        weights=jnp.where(plastic.pending, weights, plastic.weights),
+        pending=jnp.zeros_like(plastic.pending),
     )
 
 
@@ -548,6 +574,7 @@ __all__ = [
     "reinforce_step",
     "reward_modulation",
     "round_between",
+    "settle_step",
     "stochastic_round",
     "three_factor_update",
     "update_trace",

@@ -29,6 +29,7 @@ from .plasticity import (
     STDPRule,
     plastic_step,
     reinforce_step,
+    settle_step,
 )
 from .propagate import AbstractLayout
 from .sparse_backpropamine import BackpropamineRule, BackpropamineState
@@ -253,7 +254,14 @@ class AbstractSparsePolicy(AbstractPolicy, Generic[RuleT]):
             baseline=jnp.zeros((), jnp.float32),
             seed=jr.bits(key, (), jnp.uint32),
             step=jnp.zeros((), jnp.uint32),
+            pending=jnp.zeros((), jnp.bool_),
         )
+
+    def _settle(self, plastic: Plastic | None) -> Plastic | None:
+        """`plastic` with a pending reward update applied (population-last)."""
+        if not isinstance(plastic, PlasticState):
+            return plastic
+        return settle_step(self.layout, (self.rule, plastic))
 
     def _step_weights(self, plastic: Plastic | None) -> Array:
         """This step's native weights `[*native, B]` (population-last)."""
@@ -294,6 +302,15 @@ class AbstractSparsePolicy(AbstractPolicy, Generic[RuleT]):
         # only ever touched population-last, and XLA keeps them in that layout.
         update = population_last(reinforce_step, enabled=self.layout.population_last)
         plastic = update(self.layout, (rule, reward, plastic))
+        return dataclasses.replace(state, plastic=plastic)
+
+    def settled(self, state: Any) -> Any:
+        """`state` with the weight update that `reinforce` left pending applied
+        (`PlasticState.pending`): read plastic weights after `reinforce` here."""
+        if not isinstance(state.plastic, PlasticState):
+            return state
+        settle = population_last(settle_step, enabled=self.layout.population_last)
+        plastic = settle(self.layout, (self.rule, state.plastic))
         return dataclasses.replace(state, plastic=plastic)
 
 
@@ -370,7 +387,8 @@ class SparseRatePolicy(AbstractSparsePolicy[RateRule]):
     def _trailing_step(
         self, obs: Array, state: SparseRateState
     ) -> tuple[Array, SparseRateState]:
-        layout, rule, x, plastic = self.layout, self.rule, state.rate, state.plastic
+        layout, rule, x = self.layout, self.rule, state.rate
+        plastic = self._settle(state.plastic)
         weights = self._step_weights(plastic)
         if isinstance(layout, PallasLayout):
             # only a HebbianRule is fused (`_check_fusable`)
@@ -508,7 +526,7 @@ class SparseSpikingPolicy(AbstractSparsePolicy[SpikingRule]):
         self, obs: Array, state: SparseSpikingState
     ) -> tuple[Array, SparseSpikingState]:
         layout, rule, neurons = self.layout, self.rule, self.neurons
-        plastic = state.plastic
+        plastic = self._settle(state.plastic)
         weights = self._step_weights(plastic)
         pre_trace, post_trace = state.pre_trace, state.post_trace
         fused = isinstance(layout, PallasLayout)
