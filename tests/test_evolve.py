@@ -102,15 +102,21 @@ def test_evolve_equals_hand_written_loop(algorithm, key):
 @pytest.mark.parametrize("algorithm", ["SNES", "PGPE", "CMA_ES"])
 def test_evolve_with_per_genome_episodes_equals_hand_written_loop(algorithm, key):
     strategy, fitness_fn = stranger(algorithm)
+    # chunks of 2, as above: the shared-episode run is that test's program
     result = eqxevo.evolve(
-        key, strategy, fitness_fn, num_generations=4, episodes="per_genome"
+        key,
+        strategy,
+        fitness_fn,
+        num_generations=4,
+        chunk_size=2,
+        episodes="per_genome",
     )
     state, best = hand_written_loop(
         strategy, fitness_fn, key, 4, episodes=strategy.episode_ids
     )
     assert tree_equal(result.state, state)
     np.testing.assert_array_equal(result.history["best"], best)
-    shared = eqxevo.evolve(key, strategy, fitness_fn, num_generations=4)
+    shared = eqxevo.evolve(key, strategy, fitness_fn, num_generations=4, chunk_size=2)
     assert not np.array_equal(shared.history["mean"], result.history["mean"])
 
 
