@@ -25,11 +25,27 @@ def _name(signum: int) -> str:
     return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
-def _last_words_fd(stream: Any) -> int | None:
+def _interrupt_system_calls(signum: int) -> None:
+    """Sends `signum` (its handler installed, doing nothing) to every Python thread
+    but this one: a write waiting on a full pipe returns at once (EINTR, or the
+    bytes written so far), and Python writes the rest to the descriptor, by then
+    /dev/null. Threads that C code started are left alone."""
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or thread.ident is None:
+            continue
+        if isinstance(thread, threading._DummyThread):  # started outside Python
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_kill(thread.ident, signum)
+
+
+def _last_words_fd(stream: Any, interrupt: int | None) -> int | None:
     """A copy of `stream`'s file descriptor, after stdout, stderr and the stream's
-    own descriptor were pointed at /dev/null: the main thread may be printing a
-    line while the watcher exits, and the exit message must stay the last line.
-    None when `stream` has no descriptor."""
+    own descriptor were pointed at /dev/null and every write to the old files
+    ended: the main thread may be printing a line while the watcher exits, and the
+    exit message must stay the last line. `interrupt`: a signal whose handler is
+    installed, to cut writes waiting on a full pipe short (None: wait for them,
+    at most 5 s). None when `stream` has no descriptor."""
     try:
         fd = stream.fileno()
     except (AttributeError, OSError, ValueError):
@@ -42,11 +58,14 @@ def _last_words_fd(stream: Any) -> int | None:
         null = os.open(os.devnull, os.O_WRONLY)
         for target in {1, 2, fd}:
             os.dup2(null, target)
+    if interrupt is not None:
+        _interrupt_system_calls(interrupt)
 
-    # A write that began before dup2 may still be on its way to the old file. The
-    # streams' buffered writers hold their lock through each write: a flush
+    # A write that began before dup2 may still be on its way to the old file (a
+    # full pipe's reader may wake it at any moment, even after the exit message).
+    # The streams' buffered writers hold their lock through each write: a flush
     # returns once those writes are done (what it flushes goes to /dev/null). In
-    # a thread, so that a write stuck on a full pipe cannot stop the exit.
+    # a thread, so that a write stuck past its interruption cannot stop the exit.
     def drain() -> None:
         for each in {id(s): s for s in (stream, sys.stdout, sys.stderr)}.values():
             with contextlib.suppress(Exception):
@@ -54,7 +73,7 @@ def _last_words_fd(stream: Any) -> int | None:
 
     drainer = threading.Thread(target=drain, name="eqxevo-drain", daemon=True)
     drainer.start()
-    drainer.join(timeout=1)
+    drainer.join(timeout=5)
     return saved
 
 
@@ -84,6 +103,7 @@ class StopRequest:
         self.signum: int | None = None
         self.work_done = False
         self.lock = threading.Lock()
+        self._exiting = threading.Lock()
         self._count = 0
         self._previous: dict[int, Any] = {}
         self._wakeup: tuple[int, int] | None = None
@@ -104,9 +124,12 @@ class StopRequest:
             pass
 
     def _exit_now(self, signum: int, *lines: str) -> None:
-        lines = (*lines, self.describe())
+        # Held until the process ends: __exit__ waits, so the handlers that
+        # _last_words_fd signals threads with stay installed.
+        self._exiting.acquire()
         stream = self.stream if self.stream is not None else sys.stderr
-        fd = _last_words_fd(stream)
+        fd = _last_words_fd(stream, signum if self._installed else None)
+        lines = (*lines, self.describe())  # after every earlier write ended
         if fd is None:  # not a file (a test's buffer): nothing else writes there
             for line in lines:
                 self._write(line)
@@ -162,16 +185,18 @@ class StopRequest:
             # nothing is ever raised into the main thread (or into XLA).
             self._previous[signum] = signal.signal(signum, lambda s, f: None)
         self._old_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        self._installed = True
         self._watcher = threading.Thread(
             target=self._watch, args=(read_fd,), name="eqxevo-signals", daemon=True
         )
         self._watcher.start()
-        self._installed = True
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if not self._installed:
             return
+        with self._exiting:  # an exit under way holds it: this thread waits for it
+            self._installed = False
         signal.set_wakeup_fd(self._old_wakeup)
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
@@ -188,7 +213,6 @@ class StopRequest:
             self._watcher.join(timeout=5)
         with contextlib.suppress(OSError):
             os.close(read_fd)
-        self._installed = False
 
 
 __all__ = ["StopRequest", "exit_code"]

@@ -76,9 +76,12 @@ def _release_compiled_programs():
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files holding `slow` tests run first, each file kept whole (its
-    module-scoped fixtures set up once), so `pytest -n auto` does not end with
-    one worker alone on a long test."""
+    """Files holding `slow` tests run first, each file's tests kept together,
+    so `pytest -n auto` does not end with one worker alone on a long test.
+    `--dist worksteal` (pyproject.toml) gives each worker a contiguous half and
+    moves tests from the end of the busier one's queue, so a module's tests
+    mostly run in one worker: its module fixtures and compiled programs made
+    once (xdist's default, `load`, deals the first tests round-robin)."""
     slow = {
         item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")
     }
