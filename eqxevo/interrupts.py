@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,11 @@ def exit_code(signum: int) -> int:
 
 def _name(signum: int) -> str:
     return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+SETTLE_S = 0.1
+"""How long an exit at once waits, after interrupting the threads' writes, for a
+write that its pipe's reader had already woken to land (before the message)."""
 
 
 def _interrupt_system_calls(signum: int) -> None:
@@ -41,11 +47,11 @@ def _interrupt_system_calls(signum: int) -> None:
 
 def _last_words_fd(stream: Any, interrupt: int | None) -> int | None:
     """A copy of `stream`'s file descriptor, after stdout, stderr and the stream's
-    own descriptor were pointed at /dev/null and every write to the old files
-    ended: the main thread may be printing a line while the watcher exits, and the
-    exit message must stay the last line. `interrupt`: a signal whose handler is
-    installed, to cut writes waiting on a full pipe short (None: wait for them,
-    at most 5 s). None when `stream` has no descriptor."""
+    own descriptor were pointed at /dev/null and the writes to the old files
+    settled: another thread may be printing while the watcher exits, and the exit
+    message must stay the last line. `interrupt`: a signal whose handler is
+    installed, to cut writes waiting on a full pipe short. None when `stream` has
+    no descriptor."""
     try:
         fd = stream.fileno()
     except (AttributeError, OSError, ValueError):
@@ -58,22 +64,14 @@ def _last_words_fd(stream: Any, interrupt: int | None) -> int | None:
         null = os.open(os.devnull, os.O_WRONLY)
         for target in {1, 2, fd}:
             os.dup2(null, target)
+    # A write that began before dup2 still goes to the old file. Waiting on a
+    # full pipe, it is interrupted; one that the pipe's reader has just woken
+    # writes its bytes once it runs, even after the exit began (Linux's
+    # pipe_write checks for signals only while the pipe is full): give it
+    # SETTLE_S.
     if interrupt is not None:
         _interrupt_system_calls(interrupt)
-
-    # A write that began before dup2 may still be on its way to the old file (a
-    # full pipe's reader may wake it at any moment, even after the exit message).
-    # The streams' buffered writers hold their lock through each write: a flush
-    # returns once those writes are done (what it flushes goes to /dev/null). In
-    # a thread, so that a write stuck past its interruption cannot stop the exit.
-    def drain() -> None:
-        for each in {id(s): s for s in (stream, sys.stdout, sys.stderr)}.values():
-            with contextlib.suppress(Exception):
-                each.flush()
-
-    drainer = threading.Thread(target=drain, name="eqxevo-drain", daemon=True)
-    drainer.start()
-    drainer.join(timeout=5)
+    time.sleep(SETTLE_S)
     return saved
 
 
@@ -129,7 +127,7 @@ class StopRequest:
         self._exiting.acquire()
         stream = self.stream if self.stream is not None else sys.stderr
         fd = _last_words_fd(stream, signum if self._installed else None)
-        lines = (*lines, self.describe())  # after every earlier write ended
+        lines = (*lines, self.describe())  # after the earlier writes settled
         if fd is None:  # not a file (a test's buffer): nothing else writes there
             for line in lines:
                 self._write(line)
