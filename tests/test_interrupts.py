@@ -57,7 +57,7 @@ def test_the_exit_message_is_the_last_line_while_the_main_thread_prints(signum):
 # the signal comes, as eqxevo's progress thread may; the main thread sleeps and
 # takes the signal; the message goes to stdout. `describe` reports whether that
 # write had ended when the exit called it (waiting at most 10 s): cut short where
-# it waited, its rest written to /dev/null.
+# it waited.
 BLOCKED_CHILD = """
 import sys, threading, time
 from eqxevo.interrupts import StopRequest
