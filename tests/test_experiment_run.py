@@ -398,21 +398,17 @@ def _records(run_dir):
 def test_heldout_records_at_eval_every_and_the_end_compile_once(tmp_path):
     from eqxevo.heldout import episode_fitness, heldout_evaluate, heldout_keys
 
-    # chunks of 3 would end at 3 and 6: eval_every=4 makes them end at 4 too
-    exp = small(
-        "run.generations=6",
-        "run.chunk_size=3",
-        "run.eval_every=4",
-        "run.eval_episodes=7",
-    )
+    # chunks of 2 (the small experiment's, so its compiled chunk) would end at
+    # 2, 4 and 6: eval_every=3 makes one end at 3 too
+    exp = small("run.generations=6", "run.eval_every=3", "run.eval_episodes=7")
     before = eqx.debug.get_num_traces(episode_fitness)
     out = io.StringIO()
     summary = experiment.run_experiment(exp, tmp_path / "r", stream=out)
-    # two evaluations (after 4 and 6 generations) of two genomes: one program
+    # two evaluations (after 3 and 6 generations) of two genomes: one program
     assert eqx.debug.get_num_traces(episode_fitness) == before + 1
     records = _records(tmp_path / "r")
     with_heldout = [r["generation"] for r in records if "heldout_best_mean" in r]
-    assert with_heldout == [3, 5]  # the records of generations 4 and 6
+    assert with_heldout == [2, 5]  # the records of generations 3 and 6
     last = records[-1]
     assert set(HELDOUT) <= set(last) and last["heldout_mean_episodes"] == 7
     assert last["heldout_mean_ci_low"] <= last["heldout_mean_mean"]
@@ -441,7 +437,7 @@ def test_heldout_records_at_eval_every_and_the_end_compile_once(tmp_path):
     assert held["mean"]["mean"] == direct.mean
     # the progress display and the figure lead with it
     text = out.getvalue()
-    assert "held-out evaluation at the end and every 4 generations: 2 genome(s)" in text
+    assert "held-out evaluation at the end and every 3 generations: 2 genome(s)" in text
     half = (held["mean"]["ci_high"] - held["mean"]["ci_low"]) / 2
     assert (
         f"generation 6/6  held-out mean {held['mean']['mean']:+.4g} ± {half:.2g}  "
@@ -461,14 +457,9 @@ def test_heldout_stream_survives_interrupt_and_resume(tmp_path, monkeypatch):
 
     from eqxevo.interrupts import StopRequest
 
-    exp = small(
-        "run.generations=8",
-        "run.chunk_size=3",
-        "run.eval_every=4",
-        "run.checkpoint_every=3",
-        # as in the test above: the same held-out program
-        "run.eval_episodes=7",
-    )
+    # chunks of 2 and 7 held-out lifetimes, as in the test above: the same
+    # compiled programs (checkpoints every 2 generations)
+    exp = small("run.generations=8", "run.eval_every=4", "run.eval_episodes=7")
     experiment.run_experiment(exp, tmp_path / "full", quiet=True)
     stop = StopRequest(lambda: "stopped")
     real_update = Progress.update
@@ -483,8 +474,8 @@ def test_heldout_stream_survives_interrupt_and_resume(tmp_path, monkeypatch):
         experiment.run_experiment(exp, tmp_path / "part", quiet=True, stop=stop)
     monkeypatch.setattr(Progress, "update", real_update)
     part = tmp_path / "part"
-    assert Checkpointer(part / "checkpoints").generations() == [3, 4]
-    # resume from generation 3: the evaluation at 4 is made again, from the
+    assert Checkpointer(part / "checkpoints").generations() == [2, 4]
+    # resume from generation 2: the evaluation at 4 is made again, from the
     # restored state, on the same lifetimes
     shutil.rmtree(part / "checkpoints" / "4")
     summary = experiment.resume_run(part, quiet=True)

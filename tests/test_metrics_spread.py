@@ -50,12 +50,14 @@ def test_spread_resets_the_count_and_missing_values_are_not_flat():
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
     """Progress output of a run whose reward no policy changes (a reward length
-    of 1e30: every step pays exp(-distance / 1e30) = 1), and of a normal one."""
+    of 1e30: every step pays exp(-distance / 1e30) = 1), and of a normal one.
+    Both are the small experiment's program (the reward length is a traced
+    parameter), which other test modules compile too."""
     out = {}
     for name, extra in (("flat", ["env.params.reward_length=1e30"]), ("varied", [])):
         stream = io.StringIO()
         folder = tmp_path_factory.mktemp(name)
-        config = small_experiment("run.lifetime=10", *extra)
+        config = small_experiment(*extra)
         experiment.run_experiment(config, folder / "r", stream=stream)
         out[name] = stream.getvalue()
     return out
@@ -66,7 +68,7 @@ def test_a_run_without_fitness_spread_says_so_while_it_runs(outputs):
     (notice,) = [x for x in lines if x.startswith("warning: no fitness spread")]
     assert notice.startswith(
         "warning: no fitness spread for 5 generations in a row (0-4): every genome "
-        "scored 10.0"
+        "scored 40.0"  # 40 steps paying 1
     )
     # said while it runs: the progress goes on after it
     later = lines[lines.index(notice) + 1 :]
