@@ -34,9 +34,9 @@ write that its pipe's reader had already woken to land (before the message)."""
 def _interrupt_system_calls(signum: int) -> None:
     """Sends `signum` (its handler installed, doing nothing) to every Python thread
     but this one: a write waiting on a full pipe returns at once (EINTR, or the
-    bytes written so far), and nothing more of it reaches the old file (a retry
-    goes to the descriptor, by then /dev/null). Threads that C code started are
-    left alone."""
+    bytes written so far), and nothing more of it reaches the old file (a retry,
+    if Python makes one, goes to the descriptor, by then /dev/null).
+    Threads that C code started are left alone."""
     for thread in threading.enumerate():
         if thread is threading.current_thread() or thread.ident is None:
             continue
