@@ -25,9 +25,11 @@ from .agents import (
 )
 from .envs import Chemotaxis, Foraging, LongHorizon
 from .envs.base import AbstractEnv, EnvParams
+from .envs.privileged import privileged
 from .evaluate import EvalSettings
 from .heldout import HeldOut, heldout_evaluate
 from .nets.base import AbstractPolicy
+from .rollout import LifetimeFitness
 
 KINDS = ("no_memory", "random", "learner", "oracle")
 """What a reference is: the best policy without memory the environment allows, a
@@ -49,14 +51,23 @@ class Reference:
         name: what reports call it ("win-stay lose-shift").
         kind: one of `KINDS`.
         policy: the agent (any `AbstractPolicy` sized for the environment).
+        privileged: the agent reads `eqxevo.envs.privileged(env)`'s observations
+            (the environment's own, then its hidden variables): an oracle told
+            what a learner must find out. It plays the same lifetimes.
     """
 
     name: str
     kind: str
     policy: AbstractPolicy
+    privileged: bool = False
 
     def __post_init__(self) -> None:
         one_of("kind", self.kind, KINDS)
+        if self.privileged and self.kind != "oracle":
+            raise ValueError(
+                f"reference {self.name!r}: only an oracle reads privileged "
+                f"information; got kind {self.kind!r}"
+            )
 
 
 @functools.singledispatch
@@ -170,6 +181,21 @@ def as_genome(
     return PolicyFitness(fitness_fn, policy), jnp.zeros((), jnp.float32)
 
 
+def _fitness_for(fitness_fn: Callable[..., Any], ref: Reference) -> Callable[..., Any]:
+    """`fitness_fn` as `ref` plays it: in the privileged environment for an oracle
+    that reads it (the same lifetimes: same keys, same draws)."""
+    if not ref.privileged:
+        return fitness_fn
+    if not isinstance(fitness_fn, LifetimeFitness):
+        raise ValueError(
+            f"reference {ref.name!r} reads privileged information, which needs the "
+            "environment: score it with an eqxevo.LifetimeFitness; got "
+            f"{type(fitness_fn).__name__}"
+        )
+    env = privileged(fitness_fn.env, fitness_fn.env_params)
+    return dataclasses.replace(fitness_fn, env=env)
+
+
 @dataclasses.dataclass(frozen=True)
 class Scored:
     """A reference's held-out evaluation: its `name`, `kind` and `result`."""
@@ -198,7 +224,7 @@ def score_references(
     """
     out = []
     for ref in refs:
-        fitness, placeholder = as_genome(fitness_fn, ref.policy)
+        fitness, placeholder = as_genome(_fitness_for(fitness_fn, ref), ref.policy)
         result = heldout_evaluate(
             key, fitness, placeholder, num_episodes, settings=settings
         )

@@ -58,6 +58,21 @@ class AbstractEnv(eqx.Module):
         del state, action, params, noise
         raise NotImplementedError(f"{type(self).__name__} draws inside its step")
 
+    def privileged(self, state: EnvState, params: EnvParams) -> Float[Array, " k"]:
+        """What an oracle may know beyond the observation: the hidden variables a
+        learner has to find out (which food nourishes, where the goal is), as a
+        float vector of fixed size.
+
+        Optional: an environment that provides it lets a reference of kind
+        "oracle" be scored with `eqxevo.envs.privileged(env)`, whose observations
+        end with this vector. Others raise.
+        """
+        del state, params
+        raise NotImplementedError(
+            f"{type(self).__name__} declares no privileged information (its "
+            "`privileged(state, params)` method)"
+        )
+
 
 def noise_apart(env: AbstractEnv) -> bool:
     """Whether `env` draws a step's randomness apart from the step
