@@ -53,7 +53,9 @@ class Reference:
         policy: the agent (any `AbstractPolicy` sized for the environment).
         privileged: the agent reads `eqxevo.envs.privileged(env)`'s observations
             (the environment's own, then its hidden variables): an oracle told
-            what a learner must find out. It plays the same lifetimes.
+            what a learner must find out, or a learner told part of it (where it
+            is, not where the goal is). It plays the same lifetimes. Only the
+            `CEILING_KINDS` may: a floor reads what an evolved agent reads.
     """
 
     name: str
@@ -63,10 +65,10 @@ class Reference:
 
     def __post_init__(self) -> None:
         one_of("kind", self.kind, KINDS)
-        if self.privileged and self.kind != "oracle":
+        if self.privileged and self.kind not in CEILING_KINDS:
             raise ValueError(
-                f"reference {self.name!r}: only an oracle reads privileged "
-                f"information; got kind {self.kind!r}"
+                f"reference {self.name!r}: only a learner or an oracle reads "
+                f"privileged information; got kind {self.kind!r}"
             )
 
 
