@@ -498,9 +498,11 @@ def strategies(name: str | None, as_json: bool) -> None:
 
 def _add_subcommands() -> None:
     from .bench.cli import bench
+    from .certify_cli import certify
     from .study.cli import study
 
     main.add_command(bench)
+    main.add_command(certify)
     main.add_command(study)
 
 

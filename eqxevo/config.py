@@ -87,7 +87,8 @@ class EnvConfig:
 
     name: str = _spec(
         "chemotaxis",
-        help="chemotaxis | foraging | long_horizon | gymnax:<id> | module:Class",
+        help="chemotaxis | foraging | long_horizon | bandit | reversal_bandit | "
+        "cue_reward | gymnax:<id> | module:Class",
     )
     params: Mapping[str, Any] = _spec(
         factory=dict, help="overrides of the environment's default params"
@@ -102,7 +103,8 @@ class NetConfig:
     """Which network (the genome) and its constructor options."""
 
     name: str = _spec(
-        "sparse_rate", help="sparse_rate | sparse_lif | recurrent | mlp | module:Class"
+        "sparse_rate",
+        help="sparse_rate | sparse_lif | recurrent | gru | mlp | module:Class",
     )
     options: Mapping[str, Any] = _spec(
         factory=dict, help="constructor arguments of the network"

@@ -16,16 +16,38 @@ import jax.numpy as jnp
 from ._checks import one_of
 from ._types import Genome, PRNGKey
 from .agents import (
+    BayesUCBAgent,
     BraitenbergAgent,
+    ChangePointBayesAgent,
+    ConstantResponseAgent,
+    CueRewardLearner,
+    CueRewardOracle,
     ForagerAgent,
     GreedyBayesAgent,
+    KArmedWinStayLoseShiftAgent,
+    MazeExploreExploitAgent,
+    MazeOracleAgent,
+    MazeWallFollowerAgent,
+    OracleBanditAgent,
+    PatchOracleAgent,
     RandomAgent,
+    ReactiveTasteAgent,
+    SeasonOracleAgent,
+    SourceOracleAgent,
     TasteLearnerAgent,
+    ThompsonSamplingAgent,
     WinStayLoseShiftAgent,
 )
-from .envs import Chemotaxis, Foraging, LongHorizon
+from .envs import (
+    Chemotaxis,
+    CueReward,
+    Foraging,
+    IndependentBandit,
+    LongHorizon,
+    ReversalBandit,
+    privileged,
+)
 from .envs.base import AbstractEnv, EnvParams
-from .envs.privileged import privileged
 from .evaluate import EvalSettings
 from .heldout import HeldOut, heldout_evaluate
 from .nets.base import AbstractPolicy
@@ -36,8 +58,9 @@ KINDS = ("no_memory", "random", "learner", "oracle")
 random policy, a policy that learns within its lifetime, or one that is told what
 a learner must find out."""
 
-FLOOR_KINDS = ("no_memory", "random")
-"""Kinds without memory: the best of them scores 0 on the normalised scale."""
+FLOOR_KINDS = ("no_memory",)
+"""The kind whose best scores 0 on the normalised scale: the best policy without
+memory (random is not one: it is a floor only a task without room would have)."""
 
 CEILING_KINDS = ("learner", "oracle")
 """Kinds with memory or knowledge: the best of them scores 1."""
@@ -107,6 +130,7 @@ def _chemotaxis(env: Chemotaxis, params: EnvParams) -> tuple[Reference, ...]:
     return (
         _random(env),
         Reference("Braitenberg vehicle 2b", "no_memory", BraitenbergAgent(2)),
+        Reference("told the source", "oracle", SourceOracleAgent(), privileged=True),
     )
 
 
@@ -114,7 +138,12 @@ def _chemotaxis(env: Chemotaxis, params: EnvParams) -> tuple[Reference, ...]:
 def _foraging(env: Foraging, params: EnvParams) -> tuple[Reference, ...]:
     del params
     forager = ForagerAgent(env.num_resources)
-    return (_random(env), Reference("homeostatic forager", "no_memory", forager))
+    oracle = PatchOracleAgent(env.num_resources, env.patches_per_resource)
+    return (
+        _random(env),
+        Reference("homeostatic forager", "no_memory", forager),
+        Reference("told the patches", "oracle", oracle, privileged=True),
+    )
 
 
 @references.register(LongHorizon)
@@ -123,11 +152,57 @@ def _long_horizon(env: LongHorizon, params: EnvParams) -> tuple[Reference, ...]:
     # A TasteLearnerAgent that never learns is a fixed reflex: toward A (belief
     # +1), or undecided (0). Toward B is A's mirror image (the first season's
     # roles are a fair coin).
+    d = env.digestion
     return (
         _random(env),
         Reference("fixed reflex toward A", "no_memory", TasteLearnerAgent(0.0, 1.0)),
         Reference("undecided fixed reflex", "no_memory", TasteLearnerAgent(0.0, 0.0)),
-        Reference("taste learner", "learner", TasteLearnerAgent()),
+        Reference("reactive taste", "no_memory", ReactiveTasteAgent()),
+        Reference("taste learner", "learner", TasteLearnerAgent(digestion=d)),
+        Reference("told the season", "oracle", SeasonOracleAgent(), privileged=True),
+    )
+
+
+@references.register(CueReward)
+def _cue_reward(env: CueReward, params: EnvParams) -> tuple[Reference, ...]:
+    del params
+    # Either constant answer earns 0 per trial in expectation (the target is in
+    # half the trials); the oracle reads whether the target has been shown.
+    bits = env.cue_bits
+    return (
+        _random(env),
+        Reference("always respond", "no_memory", ConstantResponseAgent(True, bits)),
+        Reference("never respond", "no_memory", ConstantResponseAgent(False, bits)),
+        Reference("Bayes learner", "learner", CueRewardLearner(env.num_cues, bits)),
+        Reference("oracle", "oracle", CueRewardOracle(bits), privileged=True),
+    )
+
+
+@references.register(IndependentBandit)
+def _independent_bandit(
+    env: IndependentBandit, params: EnvParams
+) -> tuple[Reference, ...]:
+    del params
+    k = env.num_arms
+    return (
+        _random(env),
+        Reference("win-stay lose-shift", "no_memory", KArmedWinStayLoseShiftAgent(k)),
+        Reference("Thompson sampling", "learner", ThompsonSamplingAgent(k)),
+        Reference("Bayes-UCB", "learner", BayesUCBAgent(k)),
+        Reference("oracle", "oracle", OracleBanditAgent(k), privileged=True),
+    )
+
+
+@references.register(ReversalBandit)
+def _reversal_bandit(env: ReversalBandit, params: EnvParams) -> tuple[Reference, ...]:
+    bayes = ChangePointBayesAgent(
+        params.p_high, params.p_low, params.change_min, params.change_max
+    )
+    return (
+        _random(env),
+        Reference("win-stay lose-shift", "no_memory", KArmedWinStayLoseShiftAgent(2)),
+        Reference("change-point Bayes filter", "learner", bayes),
+        Reference("oracle", "oracle", OracleBanditAgent(2), privileged=True),
     )
 
 
@@ -152,8 +227,28 @@ def _bernoulli_bandit(env: Any, params: Any) -> tuple[Reference, ...]:
     )
 
 
+def _meta_maze(env: Any, params: Any) -> tuple[Reference, ...]:
+    del params
+    affine = _affine(env)
+    return (
+        _random(env),
+        Reference("wall follower", "no_memory", MazeWallFollowerAgent(**affine)),
+        # told where it is, not where the goal is: it still has to find it
+        Reference(
+            "explore then exploit",
+            "learner",
+            MazeExploreExploitAgent(**affine),
+            privileged=True,
+        ),
+        Reference(
+            "shortest path", "oracle", MazeOracleAgent(**affine), privileged=True
+        ),
+    )
+
+
 GYMNAX_REFERENCES: dict[str, Callable[[Any, Any], tuple[Reference, ...]]] = {
     "BernoulliBandit-misc": _bernoulli_bandit,
+    "MetaMaze-misc": _meta_maze,
 }
 """gymnax environments' references by gymnax name: `(env, params) -> references`
 (a `GymnaxEnv` not listed has a random agent only)."""

@@ -228,9 +228,12 @@ def strategy_help(name: str) -> str:
 # -- environments and networks ------------------------------------------------------
 
 ENVS: dict[str, str] = {
+    "bandit": "eqxevo.envs.bandits:IndependentBandit",
     "chemotaxis": "eqxevo.envs.chemotaxis:Chemotaxis",
+    "cue_reward": "eqxevo.envs.cue_reward:CueReward",
     "foraging": "eqxevo.envs.foraging:Foraging",
     "long_horizon": "eqxevo.envs.long_horizon:LongHorizon",
+    "reversal_bandit": "eqxevo.envs.bandits:ReversalBandit",
 }
 """Environments by name; `env.name` may also be "gymnax:<id>" or "module:Class"."""
 

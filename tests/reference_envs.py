@@ -304,8 +304,13 @@ def long_horizon_step(s, action, p, noise):
     good = int(s["good"])
     nourishing, harmful = intake[good], intake[1 - good]
     gained = p["nutrition"] * nourishing - p["toxicity"] * harmful
-    energy = min(max(s["energy"] + gained - p["metabolic_rate"], 0.0), 1.0)
-    taste = min(max(p["taste_gain"] * gained, -1.0), 1.0)
+    gut = np.asarray(s["gut"], np.float32)
+    if gut.size:  # digestion: food tastes and nourishes len(gut) steps later
+        digested, gut = gut[0], np.append(gut[1:], np.float32(gained))
+    else:
+        digested = gained
+    energy = min(max(s["energy"] + digested - p["metabolic_rate"], 0.0), 1.0)
+    taste = min(max(p["taste_gain"] * digested, -1.0), 1.0)
     time = int(s["time"]) + 1
     patches = s["patches"].copy()
     spread = p["patch_spread"] * p["arena_half"]
@@ -324,6 +329,7 @@ def long_horizon_step(s, action, p, noise):
         position = noise["rebirth"][:2] * spread
         heading = noise["rebirth"][2] * math.pi
         energy = p["initial_energy"]
+        gut = np.zeros_like(gut)
     fields = _fields_at_sensors(position, heading, patches, amounts, p, noise["sensor"])
     obs = np.concatenate([fields, [energy - p["setpoint"], taste]])
     state = {
@@ -335,6 +341,7 @@ def long_horizon_step(s, action, p, noise):
         "good": good,
         "taste": taste,
         "time": time,
+        "gut": gut,
     }
     info = {
         "homeostasis": balance,

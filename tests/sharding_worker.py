@@ -112,6 +112,9 @@ BUILTINS = {
     "L0-recurrent": ("chemotaxis", "recurrent", {}),
     "L2-mlp": ("foraging", "mlp", {}),
     "L4-gru": ("long_horizon", "gru", {"hidden_size": 8}),
+    "bandit-mlp": ("bandit", "mlp", {}),
+    "reversal_bandit-mlp": ("reversal_bandit", "mlp", {}),
+    "cue_reward-recurrent": ("cue_reward", "recurrent", {}),
 }
 
 

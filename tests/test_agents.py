@@ -66,12 +66,26 @@ def test_taste_learner_credits_the_taste_to_the_nearer_resource():
     agent = TasteLearnerAgent(learning_rate=0.5)
     near_a = jnp.array([-0.5, -0.5, -3.0, -3.0, 0.0, 0.0])
     for taste, sign in ((1.0, 1.0), (-1.0, -1.0)):
-        _, belief = agent(near_a.at[5].set(taste), jnp.zeros((), jnp.float32))
-        assert float(belief) * sign > 0.1
+        _, state = agent(near_a.at[5].set(taste), agent.initial_state(jr.key(0)))
+        assert float(state.belief) * sign > 0.1
     # No learning: the belief (a fixed reflex) never moves.
     fixed = TasteLearnerAgent(learning_rate=0.0, initial_belief=1.0)
-    _, belief = fixed(near_a.at[5].set(-1.0), fixed.initial_state(jr.key(0)))
-    assert float(belief) == 1.0
+    _, state = fixed(near_a.at[5].set(-1.0), fixed.initial_state(jr.key(0)))
+    assert float(state.belief) == 1.0
+
+
+def test_a_digesting_taste_learner_credits_where_it_was_when_it_ate():
+    # Food tastes 2 steps after it is eaten: the taste now is that of where the
+    # agent was 2 steps ago (near A), not where it is (near B).
+    agent = TasteLearnerAgent(learning_rate=0.5, digestion=2)
+    near_a = jnp.array([-0.5, -0.5, -3.0, -3.0, 0.0, 0.0])
+    near_b = jnp.array([-3.0, -3.0, -0.5, -0.5, 0.0, 0.0])
+    state = agent.initial_state(jr.key(0))
+    for obs in (near_a, near_b):  # eats A, then walks to B, nothing tasted yet
+        _, state = agent(obs, state)
+        assert float(state.belief) == 0.0
+    _, state = agent(near_b.at[5].set(1.0), state)  # A's taste arrives
+    assert float(state.belief) > 0.1
 
 
 @eqx.filter_jit

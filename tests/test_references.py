@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 
 from eqxevo.agents import RandomAgent
-from eqxevo.envs import Chemotaxis, Foraging, LongHorizon
+from eqxevo.envs import (
+    Chemotaxis,
+    CueReward,
+    Foraging,
+    IndependentBandit,
+    LongHorizon,
+    ReversalBandit,
+    privileged,
+)
 from eqxevo.envs.base import AbstractEnv
 from eqxevo.references import (
     CEILING_KINDS,
@@ -23,11 +31,16 @@ from eqxevo.rollout import LifetimeFitness
 gymnax_env = pytest.importorskip("eqxevo.envs.gymnax")
 BANDIT = gymnax_env.GymnaxEnv("BernoulliBandit-misc")
 
+ALL = {"random", "no_memory", "learner", "oracle"}
 BUILT_IN = {
-    "chemotaxis": (Chemotaxis(), {"random", "no_memory"}),
-    "foraging": (Foraging(num_resources=3), {"random", "no_memory"}),
-    "long_horizon": (LongHorizon(), {"random", "no_memory", "learner"}),
-    "bandit": (BANDIT, {"random", "no_memory", "learner"}),
+    "chemotaxis": (Chemotaxis(), {"random", "no_memory", "oracle"}),
+    "foraging": (Foraging(num_resources=3), {"random", "no_memory", "oracle"}),
+    "long_horizon": (LongHorizon(digestion=4), ALL),
+    "gymnax bandit": (BANDIT, {"random", "no_memory", "learner"}),
+    "meta maze": (gymnax_env.GymnaxEnv("MetaMaze-misc", normalize_obs=True), ALL),
+    "bandit": (IndependentBandit(3), ALL),
+    "reversal bandit": (ReversalBandit(), ALL),
+    "cue reward": (CueReward(), ALL),
 }
 
 
@@ -39,13 +52,16 @@ def test_every_built_in_env_declares_references_sized_for_it(name):
     assert {r.kind for r in refs} == kinds
     assert len({r.name for r in refs}) == len(refs)
     for ref in refs:
-        assert ref.policy.obs_size == env.obs_size, ref.name
+        # an oracle (or a learner told its position) reads the privileged
+        # environment: the observation, then the hidden variables
+        plays = privileged(env, params) if ref.privileged else env
+        assert ref.policy.obs_size == plays.obs_size, ref.name
         assert ref.policy.action_size == env.action_size, ref.name
 
         # one step from a reset (traced only): the policy reads this
         # environment's observations
-        def first(key, policy=ref.policy):
-            obs, _ = env.reset(key, params)
+        def first(key, policy=ref.policy, plays=plays):
+            obs, _ = plays.reset(key, params)
             return policy(obs, policy.initial_state(key))[0]
 
         action = jax.eval_shape(first, jr.key(0))
@@ -98,15 +114,16 @@ def test_the_normalised_scale_is_the_best_floor_and_the_best_ceiling():
     assert s.normalise(64.7) == pytest.approx(-17.0 / 7.7)
     assert s.below_floor(64.7) and not s.below_floor(81.7)
     assert math.isnan(s.normalise(None)) and not s.below_floor(None)
-    # random counts as a floor: it has no memory either
-    assert scale([("r", "random", 5.0), ("n", "no_memory", 4.0)]).floor_name == "r"
+    # random is never the floor, even above the memoryless references
+    assert scale([("r", "random", 5.0), ("n", "no_memory", 4.0)]).floor_name == "n"
+    assert scale([("r", "random", 5.0), ("o", "oracle", 9.0)]).floor_name is None
     # no learner or oracle (L0, L2): no normalised score, but the floor flags
     floor_only = scale([("b", "no_memory", 776.0), ("r", "random", 68.7)])
     assert math.isnan(floor_only.normalise(800.0)) and floor_only.ceiling_name is None
     assert floor_only.below_floor(700.0)
     # a ceiling that does not beat the floor: no scale either
     assert math.isnan(Scale(10.0, "a", 10.0, "b").normalise(12.0))
-    assert set(FLOOR_KINDS) | set(CEILING_KINDS) == {
+    assert set(FLOOR_KINDS) | set(CEILING_KINDS) | {"random"} == {
         "no_memory",
         "random",
         "learner",

@@ -117,16 +117,46 @@ class ForagerAgent(AbstractSteeringAgent):
         return self.gain * jnp.sum(weight * contrast)
 
 
+def _taste_steering(
+    obs: Observation, belief: Float[Array, ""], gain: Array, base_speed: Array
+) -> Action:
+    """`LongHorizon` steering given a belief in [-1, 1] that A nourishes (+1) or
+    B does (-1): toward what nourishes while hungry (away when full), always
+    away from what harms, less strongly, so an undecided agent (0) explores both."""
+    a_left, a_right, b_left, b_right, energy = obs[:5]
+    need = -energy  # energy relative to the setpoint: > 0 is hungry
+    good, bad = need / jnp.maximum(jnp.abs(need), _EPS), -0.5
+    weight_a = 0.5 * (1 + belief) * good + 0.5 * (1 - belief) * bad
+    weight_b = 0.5 * (1 - belief) * good + 0.5 * (1 + belief) * bad
+    steer = gain * (weight_a * (a_right - a_left) + weight_b * (b_right - b_left))
+    return _motors(base_speed, 0.5 * steer)
+
+
+class TasteMemory(eqx.Module):
+    """`TasteLearnerAgent`'s lifetime state.
+
+    Attributes:
+        belief: in [-1, 1]: +1 A nourishes, -1 B does.
+        recent: which resource it was closer to on each of the last `digestion`
+            steps (oldest first): what a taste now is the taste of.
+    """
+
+    belief: Float[Array, ""]
+    recent: Float[Array, " digestion"]
+
+
 class TasteLearnerAgent(AbstractPolicy):
     """A forager for `LongHorizon` that learns which resource nourishes.
 
-    Its lifetime state is a belief `b` in [-1, 1] (+1: A nourishes, -1: B
-    does). After every step it credits the taste to the resource it is closer
-    to: `b <- clip(b + learning_rate * taste * tanh(a), -1, 1)`, with `a` the
-    mean log reading of A minus that of B. It steers like `ForagerAgent`: toward
-    the resource it believes nourishing while its energy is below the setpoint,
-    away from it above, and always away from the other, weighting the two
-    contrasts by the belief.
+    Its lifetime state holds a belief `b` in [-1, 1] (+1: A nourishes, -1: B
+    does). Food tastes `digestion` steps after it is eaten, so the agent also
+    remembers where it was on each of the last `digestion` steps: `a_t =
+    tanh(mean log reading of A - that of B)`, how much closer to A than to B. It
+    credits the taste to where it was when it ate:
+    `b <- clip(b + learning_rate * taste * a_{t - digestion}, -1, 1)`. It steers
+    like `ForagerAgent`: toward the resource it believes nourishing while its
+    energy is below the setpoint, away from it above, and always away from the
+    other, weighting the two contrasts by the belief.
 
     Arguments:
         learning_rate: belief change per unit of taste (0: no learning; the
@@ -134,12 +164,14 @@ class TasteLearnerAgent(AbstractPolicy):
         initial_belief: belief at birth (+1: A nourishes; 0: undecided).
         gain: steering gain (default: the L2 forager's).
         base_speed: forward command, in [-1, 1] (default: the L2 forager's).
+        digestion: the environment's `digestion` (steps from eating to taste).
     """
 
     learning_rate: Float[Array, ""]
     initial_belief: Float[Array, ""]
     gain: Float[Array, ""]
     base_speed: Float[Array, ""]
+    digestion: int = eqx.field(static=True)
     obs_size: int = eqx.field(static=True, default=6)  # LongHorizon's
     action_size: int = eqx.field(static=True, default=2)
 
@@ -149,38 +181,196 @@ class TasteLearnerAgent(AbstractPolicy):
         initial_belief: float | int = 0.0,
         gain: float | int = 4.0,
         base_speed: float | int = 1.0,
+        digestion: int = 0,
     ):
         self.learning_rate = jnp.asarray(learning_rate, jnp.float32)
         self.initial_belief = jnp.asarray(initial_belief, jnp.float32)
         self.gain = jnp.asarray(gain, jnp.float32)
         self.base_speed = jnp.asarray(base_speed, jnp.float32)
+        self.digestion = int_at_least("digestion", digestion, 0)
 
-    def initial_state(self, key: PRNGKey) -> Float[Array, ""]:
+    def initial_state(self, key: PRNGKey) -> TasteMemory:
         del key
-        return self.initial_belief
+        return TasteMemory(
+            self.initial_belief, jnp.zeros((self.digestion,), jnp.float32)
+        )
 
     def __call__(
-        self, obs: Observation, state: Float[Array, ""]
-    ) -> tuple[Action, Float[Array, ""]]:
-        a_left, a_right, b_left, b_right, energy, taste = obs
+        self, obs: Observation, state: TasteMemory
+    ) -> tuple[Action, TasteMemory]:
+        a_left, a_right, b_left, b_right, _, taste = obs
         closer_to_a = jnp.tanh(0.5 * (a_left + a_right) - 0.5 * (b_left + b_right))
-        belief = jnp.clip(state + self.learning_rate * taste * closer_to_a, -1.0, 1.0)
-        need = -energy  # energy relative to the setpoint: > 0 is hungry
-        scale = jnp.maximum(jnp.abs(need), _EPS)
-        # Approach what nourishes (avoid it when full); shun what harms, less
-        # strongly, so an undecided agent (b = 0) still explores both.
-        good, bad = need / scale, -0.5
-        weight_a = 0.5 * (1 + belief) * good + 0.5 * (1 - belief) * bad
-        weight_b = 0.5 * (1 - belief) * good + 0.5 * (1 + belief) * bad
-        steer = self.gain * (
-            weight_a * (a_right - a_left) + weight_b * (b_right - b_left)
+        if self.digestion:
+            eaten_at = state.recent[0]
+            recent = jnp.concatenate([state.recent[1:], closer_to_a[None]])
+        else:
+            eaten_at, recent = closer_to_a, state.recent
+        update = self.learning_rate * taste * eaten_at
+        belief = jnp.clip(state.belief + update, -1.0, 1.0)
+        action = _taste_steering(obs, belief, self.gain, self.base_speed)
+        return action, TasteMemory(belief, recent)
+
+
+class ReactiveTasteAgent(AbstractStatelessPolicy):
+    """`TasteLearnerAgent`'s steering with a belief from this step's taste alone:
+    `b = clip(taste_gain * taste * a_t, -1, 1)` (see there), remembering nothing,
+    so it flees what tastes bad while it tastes it. A memoryless reference of
+    `LongHorizon`: the best of them where taste comes at once (`digestion=0`).
+
+    Arguments:
+        taste_gain: belief per unit of taste.
+        gain, base_speed: as `TasteLearnerAgent`'s.
+    """
+
+    taste_gain: Float[Array, ""]
+    gain: Float[Array, ""]
+    base_speed: Float[Array, ""]
+    obs_size: int = eqx.field(static=True, default=6)
+    action_size: int = eqx.field(static=True, default=2)
+
+    def __init__(
+        self,
+        taste_gain: float | int = 20.0,
+        gain: float | int = 4.0,
+        base_speed: float | int = 1.0,
+    ):
+        self.taste_gain = jnp.asarray(taste_gain, jnp.float32)
+        self.gain = jnp.asarray(gain, jnp.float32)
+        self.base_speed = jnp.asarray(base_speed, jnp.float32)
+
+    def __call__(self, obs: Observation, state: None) -> tuple[Action, None]:
+        a_left, a_right, b_left, b_right, _, taste = obs
+        closer_to_a = jnp.tanh(0.5 * (a_left + a_right) - 0.5 * (b_left + b_right))
+        belief = jnp.clip(self.taste_gain * taste * closer_to_a, -1.0, 1.0)
+        return _taste_steering(obs, belief, self.gain, self.base_speed), state
+
+
+class SeasonOracleAgent(AbstractStatelessPolicy):
+    """`TasteLearnerAgent`'s steering told which resource nourishes: it reads
+    `eqxevo.envs.privileged(LongHorizon())`'s observation, whose last entry is +1
+    while A nourishes and -1 while B does, and steers with that as its belief.
+
+    Arguments:
+        gain, base_speed: as `TasteLearnerAgent`'s.
+    """
+
+    gain: Float[Array, ""]
+    base_speed: Float[Array, ""]
+    obs_size: int = eqx.field(static=True, default=7)
+    action_size: int = eqx.field(static=True, default=2)
+
+    def __init__(self, gain: float | int = 4.0, base_speed: float | int = 1.0):
+        self.gain = jnp.asarray(gain, jnp.float32)
+        self.base_speed = jnp.asarray(base_speed, jnp.float32)
+
+    def __call__(self, obs: Observation, state: None) -> tuple[Action, None]:
+        return _taste_steering(obs, obs[6], self.gain, self.base_speed), state
+
+
+def _go_to(
+    ahead: Float[Array, ""], left: Float[Array, ""], gain: Array, slow_radius: Array
+) -> Action:
+    """Motor commands that drive to the point (ahead, to the left) of the body,
+    slowing down within `slow_radius` of it and turning on the spot when it lies
+    behind."""
+    angle = jnp.arctan2(left, ahead)
+    distance = jnp.sqrt(ahead * ahead + left * left)
+    speed = jnp.clip(distance / slow_radius, 0.0, 1.0) * jnp.maximum(
+        jnp.cos(angle), 0.0
+    )
+    return _motors(speed, -gain * angle)
+
+
+class SourceOracleAgent(AbstractStatelessPolicy):
+    """An L0 agent told where the source is: it reads
+    `eqxevo.envs.privileged(Chemotaxis())`'s observation (the two readings, then
+    the source from the body: ahead, to the left) and drives straight to it,
+    slowing down within `slow_radius`.
+
+    Arguments:
+        gain: turning command per radian of bearing.
+        slow_radius: distance below which it slows down.
+    """
+
+    gain: Float[Array, ""]
+    slow_radius: Float[Array, ""]
+    obs_size: int = eqx.field(static=True, default=4)
+    action_size: int = eqx.field(static=True, default=2)
+
+    def __init__(self, gain: float | int = 2.0, slow_radius: float | int = 0.05):
+        self.gain = jnp.asarray(gain, jnp.float32)
+        self.slow_radius = jnp.asarray(slow_radius, jnp.float32)
+
+    def __call__(self, obs: Observation, state: None) -> tuple[Action, None]:
+        return _go_to(obs[2], obs[3], self.gain, self.slow_radius), state
+
+
+class PatchOracleAgent(AbstractStatelessPolicy):
+    """An L2 agent told where every patch is and how full: it reads
+    `eqxevo.envs.privileged(Foraging(...))`'s observation (the readings and
+    reserves, then every patch from the body and every amount) and drives to the
+    patch with the most `need_k * amount / (distance + reach)` (`need_k` how far
+    reserve k sits below the setpoint); while every reserve is at or above it,
+    it drives away from the nearest patch, so as not to eat more.
+
+    Arguments:
+        num_resources, patches_per_resource: the environment's K and M.
+        reach: distance added in the score, so near patches do not win by
+            nearness alone.
+        gain, slow_radius: as `SourceOracleAgent`'s.
+    """
+
+    reach: Float[Array, ""]
+    gain: Float[Array, ""]
+    slow_radius: Float[Array, ""]
+    num_resources: int = eqx.field(static=True)
+    patches_per_resource: int = eqx.field(static=True)
+    obs_size: int = eqx.field(static=True)
+    action_size: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        num_resources: int = 2,
+        patches_per_resource: int = 3,
+        reach: float | int = 0.2,
+        gain: float | int = 2.0,
+        slow_radius: float | int = 0.02,
+    ):
+        self.num_resources = positive_int("num_resources", num_resources)
+        self.patches_per_resource = positive_int(
+            "patches_per_resource", patches_per_resource
         )
-        return _motors(self.base_speed, 0.5 * steer), belief
+        self.obs_size = 3 * num_resources + 3 * num_resources * patches_per_resource
+        self.action_size = 2
+        self.reach = jnp.asarray(reach, jnp.float32)
+        self.gain = jnp.asarray(gain, jnp.float32)
+        self.slow_radius = jnp.asarray(slow_radius, jnp.float32)
+
+    def __call__(self, obs: Observation, state: None) -> tuple[Action, None]:
+        k, m = self.num_resources, self.patches_per_resource
+        need = jnp.maximum(-obs[2 * k : 3 * k], 0.0)  # below the setpoint
+        told = obs[3 * k :]
+        where = told[: 2 * k * m].reshape(k, m, 2)
+        amounts = told[2 * k * m :].reshape(k, m)
+        distance = jnp.sqrt(jnp.sum(where * where, axis=-1))
+        score = (need[:, None] * amounts / (distance + self.reach)).reshape(-1)
+        flat = where.reshape(-1, 2)
+        target = jnp.where(
+            jnp.max(score) > 0,
+            flat[jnp.argmax(score)],
+            -flat[jnp.argmin(distance.reshape(-1))],  # away from the nearest
+        )
+        return _go_to(target[0], target[1], self.gain, self.slow_radius), state
 
 
 __all__ = [
     "AbstractSteeringAgent",
     "BraitenbergAgent",
     "ForagerAgent",
+    "PatchOracleAgent",
+    "ReactiveTasteAgent",
+    "SeasonOracleAgent",
+    "SourceOracleAgent",
     "TasteLearnerAgent",
+    "TasteMemory",
 ]

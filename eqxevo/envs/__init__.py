@@ -8,11 +8,24 @@ from .arena import (
     AbstractArenaEnv as AbstractArenaEnv,
     AbstractArenaParams as AbstractArenaParams,
 )
+from .bandits import (
+    IndependentBandit as IndependentBandit,
+    IndependentBanditParams as IndependentBanditParams,
+    IndependentBanditState as IndependentBanditState,
+    ReversalBandit as ReversalBandit,
+    ReversalBanditParams as ReversalBanditParams,
+    ReversalBanditState as ReversalBanditState,
+)
 from .base import AbstractEnv as AbstractEnv
 from .chemotaxis import (
     Chemotaxis as Chemotaxis,
     ChemotaxisParams as ChemotaxisParams,
     ChemotaxisState as ChemotaxisState,
+)
+from .cue_reward import (
+    CueReward as CueReward,
+    CueRewardParams as CueRewardParams,
+    CueRewardState as CueRewardState,
 )
 from .foraging import (
     AbstractFeedingParams as AbstractFeedingParams,
@@ -26,6 +39,7 @@ from .long_horizon import (
     LongHorizonState as LongHorizonState,
 )
 from .params import AbstractParams as AbstractParams
+from .privileged_view import Privileged as Privileged, privileged as privileged
 
 
 def __getattr__(name: str) -> Any:

@@ -92,6 +92,15 @@ def log_sensor(
     return jnp.log(jnp.maximum(noisy, params.detection_floor))
 
 
+def body_frame(
+    points: Points, position: Float[Array, "2"], heading: Float[Array, ""]
+) -> Points:
+    """`points` relative to the body: (ahead, to the left) along its heading."""
+    d = points - position
+    cos, sin = jnp.cos(heading), jnp.sin(heading)
+    return jnp.stack([d[:, 0] * cos + d[:, 1] * sin, d[:, 1] * cos - d[:, 0] * sin], -1)
+
+
 def distances(points: Points, sources: Float[Array, "m 2"]) -> Float[Array, "n m"]:
     """Euclidean distance from every point to every source."""
     # Broadcast to (n, m, 2): every point against every source at once.
@@ -203,6 +212,7 @@ __all__ = [
     "AbstractArenaParams",
     "AbstractArenaState",
     "SensorNoise",
+    "body_frame",
     "distances",
     "drive",
     "exponential_field",

@@ -17,6 +17,7 @@ from .arena import (
     AbstractArenaState,
     Points,
     SensorNoise,
+    body_frame,
     drive,
     exponential_field,
     log_sensor,
@@ -163,6 +164,13 @@ class Chemotaxis(AbstractArenaEnv):
 
     def landmarks(self, state: ChemotaxisState) -> Float[Array, "1 1 2"]:
         return state.source[None, None]
+
+    def privileged(
+        self, state: ChemotaxisState, params: ChemotaxisParams
+    ) -> Float[Array, "2"]:
+        """Where the source is from the body: (ahead, to the left)."""
+        del params
+        return body_frame(state.source[None], state.position, state.heading)[0]
 
 
 __all__ = ["Chemotaxis", "ChemotaxisParams", "ChemotaxisState"]

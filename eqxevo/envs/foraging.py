@@ -18,6 +18,7 @@ from .arena import (
     AbstractArenaState,
     Points,
     SensorNoise,
+    body_frame,
     distances,
     drive,
     exponential_field,
@@ -247,6 +248,15 @@ class Foraging(AbstractFeedingEnv):
         return SensorNoise(
             sensor=jr.normal(key, (2 * self.num_resources,), jnp.float32)
         )
+
+    def privileged(
+        self, state: ForagingState, params: ForagingParams
+    ) -> Float[Array, " k3m"]:
+        """Every patch from the body, (ahead, to the left), then every amount:
+        `[x_00, y_00, x_01, ..., amount_00, amount_01, ...]`."""
+        del params
+        where = body_frame(state.patches.reshape(-1, 2), state.position, state.heading)
+        return jnp.concatenate([where.reshape(-1), state.amounts.reshape(-1)])
 
     def transition(
         self,

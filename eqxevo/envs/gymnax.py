@@ -6,6 +6,7 @@ params and states are adapted.
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -14,7 +15,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from .._types import Array, PRNGKey
+from .._types import Array, Float, PRNGKey
 from .base import AbstractEnv, Action, Observation, StepResult
 
 try:
@@ -79,6 +80,21 @@ def _obs_affine(space: Any, size: int) -> tuple[tuple[float, ...], tuple[float, 
         center = np.where(bounded, (high + low) / 2, 0.0)
         scale = np.where(bounded, 2 / np.where(bounded, high - low, 1.0), 1.0)
     return tuple(float(x) for x in center), tuple(float(x) for x in scale)
+
+
+def _meta_maze(state: Any, params: Any) -> Float[Array, " 4"]:
+    del params
+    return jnp.concatenate(
+        [jnp.asarray(state.pos, jnp.float32), jnp.asarray(state.goal, jnp.float32)]
+    )
+
+
+PRIVILEGED: dict[str, Callable[[Any, Any], Array]] = {
+    "MetaMaze-misc": _meta_maze,
+}
+"""What an oracle may know of a gymnax environment beyond its observation, by
+gymnax name: `(gymnax state, gymnax params) -> float vector` (`GymnaxEnv.privileged`).
+MetaMaze-misc: the agent's position and the goal's, (row, column) each."""
 
 
 class GymnaxEnv(AbstractEnv):
@@ -209,5 +225,20 @@ class GymnaxEnv(AbstractEnv):
                 info,
             )
 
+    def privileged(self, state: Any, params: Any) -> Float[Array, " k"]:
+        """The hidden variables `PRIVILEGED` declares for this environment.
 
-__all__ = ["GymnaxEnv"]
+        Raises:
+            NotImplementedError: `PRIVILEGED` declares none for it.
+        """
+        declared = PRIVILEGED.get(self.name)
+        if declared is None:
+            raise NotImplementedError(
+                f"GymnaxEnv({self.name!r}) declares no privileged information: "
+                "eqxevo.envs.gymnax.PRIVILEGED declares it for "
+                f"{sorted(PRIVILEGED)}"
+            )
+        return jnp.ravel(declared(state, params)).astype(jnp.float32)
+
+
+__all__ = ["PRIVILEGED", "GymnaxEnv"]

@@ -9,7 +9,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 
-from .._checks import positive_int
+from .._checks import int_at_least, positive_int
 from .._types import Array, Float, Int, PRNGKey
 from .base import Action, Observation, StepResult
 from .foraging import (
@@ -66,6 +66,7 @@ class LongHorizonState(AbstractFeedingState):
     good: Int[Array, ""]
     taste: Float[Array, ""]
     time: Int[Array, ""]
+    gut: Float[Array, " digestion"]
 
 
 class LongHorizonNoise(eqx.Module):
@@ -106,6 +107,7 @@ class LongHorizon(AbstractFeedingEnv):
     """
 
     patches_per_resource: int = eqx.field(static=True)
+    digestion: int = eqx.field(static=True)
     # Fields A and B at both sensors, energy, taste.
     obs_size: int = eqx.field(static=True, default=2 * NUM_RESOURCES + 2)
     action_size: int = eqx.field(static=True, default=2)
@@ -114,11 +116,16 @@ class LongHorizon(AbstractFeedingEnv):
     )
 
     def __init__(
-        self, patches_per_resource: int = 3, *, traced_param_checks: bool = False
+        self,
+        patches_per_resource: int = 3,
+        digestion: int = 0,
+        *,
+        traced_param_checks: bool = False,
     ):
         self.patches_per_resource = positive_int(
             "patches_per_resource", patches_per_resource
         )
+        self.digestion = int_at_least("digestion", digestion, 0)
         self.traced_param_checks = traced_param_checks
 
     def default_params(self) -> LongHorizonParams:
@@ -146,6 +153,7 @@ class LongHorizon(AbstractFeedingEnv):
             good=(coin < 0.5).astype(jnp.int32),  # a fair coin: A or B first
             taste=jnp.zeros((), jnp.float32),
             time=jnp.zeros((), jnp.int32),
+            gut=jnp.zeros((self.digestion,), jnp.float32),
         )
         noise = jr.normal(noise_key, (2 * NUM_RESOURCES,), jnp.float32)
         return self.observe(state, params, noise), state
@@ -179,8 +187,13 @@ class LongHorizon(AbstractFeedingEnv):
         nourishing = jnp.where(good_is_a, intake[0], intake[1])
         harmful = jnp.where(good_is_a, intake[1], intake[0])
         gained = params.nutrition * nourishing - params.toxicity * harmful
-        energy = jnp.clip(state.energy + gained - params.metabolic_rate, 0.0, 1.0)
-        taste = jnp.clip(params.taste_gain * gained, -1.0, 1.0)
+        if self.digestion:
+            digested = state.gut[0]
+            gut = jnp.concatenate([state.gut[1:], gained[None]])
+        else:
+            digested, gut = gained, state.gut
+        energy = jnp.clip(state.energy + digested - params.metabolic_rate, 0.0, 1.0)
+        taste = jnp.clip(params.taste_gain * digested, -1.0, 1.0)
         time = state.time + 1
 
         # Season boundary: roles may swap, patches may relocate (fresh and full).
@@ -199,9 +212,10 @@ class LongHorizon(AbstractFeedingEnv):
         position = jnp.where(dead, noise.rebirth[:2] * spread, position)
         heading = jnp.where(dead, noise.rebirth[2] * math.pi, heading)
         energy = jnp.where(dead, params.initial_energy, energy)
+        gut = jnp.where(dead, 0.0, gut)
 
         new_state = LongHorizonState(
-            position, heading, energy, patches, amounts, good, taste, time
+            position, heading, energy, patches, amounts, good, taste, time, gut
         )
         obs = self.observe(new_state, params, noise.sensor)
         done = time >= params.episode_length
@@ -212,6 +226,13 @@ class LongHorizon(AbstractFeedingEnv):
             "harmful_intake": harmful,
         }
         return obs, new_state, reward, done, info
+
+    def privileged(
+        self, state: LongHorizonState, params: LongHorizonParams
+    ) -> Float[Array, "1"]:
+        """Which type nourishes now: +1 for A, -1 for B."""
+        del params
+        return jnp.where(state.good == 0, 1.0, -1.0)[None]
 
     def field_labels(self, state: LongHorizonState) -> tuple[str, ...]:
         good = int(state.good)  # concrete: called for a picture, not under jit

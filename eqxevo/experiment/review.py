@@ -17,6 +17,7 @@ from ..heldout import (
     HeldOut,
     episode_fitness,
     evaluates_mean,
+    heldout_evaluate,
     heldout_keys,
     heldout_settings,
     summarize,
@@ -25,6 +26,7 @@ from ..keys import seed_keys
 from ..metrics import format_bytes
 from ..references import Scale, Scored, references, scale, score_references
 from .build import Built, build
+from .certify import Stored, find_certificate
 from .resources import ResourceError, available_memory, exhausted, memory_estimate
 from .rundir import RunDir, RunDirError
 
@@ -49,7 +51,10 @@ class Evaluation:
     """The held-out key used (episode e is `fold_in(key, e)`)."""
     references: tuple[Scored, ...] = ()
     """The environment's reference agents on the same lifetimes
-    (`eqxevo.references`)."""
+    (`eqxevo.references`), and the memoryless network of the task's headroom
+    certificate, when one is stored."""
+    certificate: Stored | None = None
+    """The task's stored headroom certificate (`eqxevo certify`), if any."""
 
     @property
     def scale(self) -> Scale:
@@ -62,7 +67,17 @@ class Evaluation:
         (null where undefined), whether it is below the best reference without
         memory, and each reference's held-out record and normalised score."""
         scale = self.scale
+        certificate = self.certificate
         return {
+            "certificate": None
+            if certificate is None
+            else {
+                "path": str(certificate.path),
+                "headroom": _number(certificate.headroom),
+                "headroom_ci": [
+                    _number(float(x)) for x in certificate.record["headroom_ci"]
+                ],
+            },
             "normalised": _number(scale.normalise(self.result.mean)),
             "below_no_memory": scale.below_floor(self.result.mean),
             "references": [
@@ -116,7 +131,23 @@ class Evaluation:
                 "warning: the genome scores below the best reference without memory "
                 f"({scale.floor_name}: {scale.floor:.6g})"
             )
+        lines.append(self.certificate_line())
         return lines
+
+    def certificate_line(self) -> str:
+        """The task's headroom certificate in one line, or how to make one."""
+        stored = self.certificate
+        if stored is None:
+            return (
+                "no headroom certificate for this task: `eqxevo certify RUN_DIR` "
+                "makes one (the normalised score's 0 is then the certified "
+                "memoryless bound)"
+            )
+        low, high = stored.record["headroom_ci"]
+        return (
+            f"headroom certificate: h = {stored.headroom:.3f} [{low:.3f}, {high:.3f}] "
+            f"(95% CI; {stored.path})"
+        )
 
 
 def _number(value: float) -> float | None:
@@ -250,6 +281,7 @@ def eval_run(
     result = _heldout_checked(
         built, (built.heldout_fitness, loaded, filter_spec), key, episodes
     )
+    stored = find_certificate(built)
     evaluation = Evaluation(
         result,
         genome,
@@ -257,9 +289,27 @@ def eval_run(
         run_seed,
         summary.get("generations"),
         key,
-        _references(built, key, episodes),
+        _references(built, key, episodes) + _certified(built, stored, key, episodes),
+        stored,
     )
     return evaluation, built, loaded
+
+
+def _certified(
+    built: Built, stored: Stored | None, key: PRNGKey, num_episodes: int
+) -> tuple[Scored, ...]:
+    """The certificate's memoryless network on the held-out lifetimes of `key`
+    (none without a certificate or when its search found no network)."""
+    if stored is None or stored.genome is None:
+        return ()
+    result = heldout_evaluate(
+        key,
+        built.heldout_fitness,
+        stored.genome,
+        num_episodes,
+        settings=built.settings(),
+    )
+    return (Scored("certified memoryless MLP", "no_memory", result),)
 
 
 def _references(built: Built, key: PRNGKey, num_episodes: int) -> tuple[Scored, ...]:

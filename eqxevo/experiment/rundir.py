@@ -48,7 +48,7 @@ def _name(err: BaseException, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _atomic(path: Path, mode: str) -> Iterator[IO[Any]]:
+def atomic_file(path: Path, mode: str) -> Iterator[IO[Any]]:
     """A file that becomes `path` whole or not at all: written under a temporary
     name in the same folder, synced, renamed over `path` (atomic: readers see the
     old file or the new one), the folder synced so the rename survives a crash.
@@ -74,7 +74,7 @@ def _atomic(path: Path, mode: str) -> Iterator[IO[Any]]:
 
 def write_atomic(path: Path, text: str) -> None:
     """Write a file whole or not at all (a kill never leaves half of it)."""
-    with _atomic(path, "w") as f:
+    with atomic_file(path, "w") as f:
         f.write(text)
 
 
@@ -259,7 +259,7 @@ class RunDir:
 
     def save_genome(self, which: str, genome: Genome) -> None:
         """Write genome `which` ("best" or "mean") with Equinox serialisation."""
-        with _atomic(self.path / GENOME_FILES[which], "wb") as f:
+        with atomic_file(self.path / GENOME_FILES[which], "wb") as f:
             eqx.tree_serialise_leaves(f, genome)
 
     def load_genome(self, which: str, like: Genome) -> Genome:
@@ -315,6 +315,7 @@ __all__ = [
     "GENOME_FILES",
     "RunDir",
     "RunDirError",
+    "atomic_file",
     "read_json",
     "sha256",
     "write_atomic",

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 
-from .._types import PRNGKey
+from .._types import Array, Float, PRNGKey
 from .base import (
     AbstractEnv,
     Action,
@@ -42,11 +42,13 @@ class Privileged(AbstractEnv):
 
     def _observe(
         self, obs: Observation, state: EnvState, params: EnvParams
-    ) -> Observation:
+    ) -> Float[Array, " told"]:
         extra = jnp.asarray(self.env.privileged(state, params), jnp.float32)
         return jnp.concatenate([obs, extra.reshape(-1)])
 
-    def reset(self, key: PRNGKey, params: EnvParams) -> tuple[Observation, EnvState]:
+    def reset(
+        self, key: PRNGKey, params: EnvParams
+    ) -> tuple[Float[Array, " told"], EnvState]:
         obs, state = self.env.reset(key, params)
         return self._observe(obs, state, params), state
 
@@ -102,7 +104,12 @@ def privileged(env: AbstractEnv, params: EnvParams | None = None) -> Privileged:
         )
     size = int(extra.size)
     kind = PrivilegedApart if noise_apart(env) else Privileged
-    return kind(env, size, env.obs_size + size, env.action_size)
+    return kind(
+        env=env,
+        num_privileged=size,
+        obs_size=env.obs_size + size,
+        action_size=env.action_size,
+    )
 
 
 __all__ = ["Privileged", "PrivilegedApart", "privileged"]

@@ -1,0 +1,490 @@
+"""Headroom certificates: how much room a task leaves for memory, measured on
+held-out lifetimes (docs/environments.md, "Headroom certificates").
+"""
+
+import dataclasses
+import datetime
+import math
+import platform
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+
+from ._checks import positive_int
+from ._types import Genome, PRNGKey
+from .envs.base import AbstractEnv, EnvParams
+from .evaluate import EvalSettings
+from .evolve import Chunk, evolve
+from .heldout import HeldOut, heldout_evaluate, heldout_genomes
+from .nets.mlp import MLPPolicy
+from .references import Reference, Scored, references, score_references
+from .rollout import LifetimeFitness
+from .runs import take
+from .strategy import Strategy
+
+CERTIFICATE_STREAM = 0x43455254
+"""`fold_in` data of a certificate's held-out lifetimes ("CERT"): its search
+never sees them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSetting:
+    """One search setting of the memoryless network: an algorithm (any name
+    `eqxevo.Strategy` takes) and `[strategy.params]` overrides."""
+
+    algorithm: str
+    params: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def label(self) -> str:
+        """`snes std_init=0.1`: the setting in words."""
+        shown = " ".join(f"{k}={v:g}" for k, v in self.params)
+        return f"{self.algorithm} {shown}".strip()
+
+
+DEFAULT_SETTINGS = (
+    SearchSetting("snes", (("std_init", 0.1),)),
+    SearchSetting("snes", (("std_init", 0.5),)),
+    SearchSetting("pgpe"),
+    SearchSetting("sep_cma_es", (("std_init", 0.3),)),
+)
+"""The search settings a certificate tries by default: SNES with a small and a
+large initial step, PGPE and Sep-CMA-ES (the shipped presets)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchBudget:
+    """How hard a certificate searches for the best memoryless policy: an MLP of
+    the current observation (`MLPPolicy(width, depth)`), evolved with every
+    setting for `seeds` seeds of `generations` generations of `population_size`
+    genomes, each living `lifetimes` lifetimes per evaluation."""
+
+    population_size: int = 128
+    generations: int = 200
+    seeds: int = 2
+    lifetimes: int = 2
+    width: int = 32
+    depth: int = 2
+    settings: tuple[SearchSetting, ...] = DEFAULT_SETTINGS
+
+    def __post_init__(self) -> None:
+        for name in ("population_size", "generations", "seeds", "lifetimes", "width"):
+            positive_int(name, getattr(self, name))
+        if not isinstance(self.depth, int) or self.depth < 0:
+            raise ValueError(f"depth must be an int >= 0; got {self.depth!r}")
+        if not self.settings:
+            raise ValueError("settings must name at least one search setting")
+
+    def as_record(self) -> dict[str, Any]:
+        """The budget as plain values (a certificate's provenance)."""
+        record = dataclasses.asdict(self)
+        record["settings"] = [
+            {"algorithm": s.algorithm, "params": dict(s.params)} for s in self.settings
+        ]
+        return record
+
+
+DEFAULT_BUDGET = SearchBudget()
+"""The default search: 4 settings x 2 seeds x 200 generations of 128 MLPs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One policy a certificate scored on its held-out lifetimes.
+
+    Attributes:
+        name: "taste learner", "evolved MLP (snes std_init=0.1, seed 0, best)".
+        kind: a reference kind (`eqxevo.references.KINDS`).
+        result: its held-out evaluation (per-lifetime values in `result.values`).
+        evolved: True for a searched memoryless network, False for a declared
+            reference.
+    """
+
+    name: str
+    kind: str
+    result: HeldOut
+    evolved: bool = False
+
+
+class CertificateError(ValueError):
+    """A certificate cannot be made: what is missing, in one line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Certificate:
+    """A task's headroom certificate (see `certify`).
+
+    Attributes:
+        entries: every policy scored, on the same held-out lifetimes.
+        headroom: h = (ceiling - floor) / (ceiling - random).
+        headroom_low, headroom_high: its 95% bootstrap interval (over lifetimes,
+            every policy resampled together; `scipy.stats.bootstrap`).
+        memoryless_genome: the evolved network among the floor's candidates with
+            the best held-out mean (None when no search ran).
+        provenance: budget, seeds, settings, lifetimes and versions.
+    """
+
+    entries: tuple[Entry, ...]
+    headroom: float
+    headroom_low: float
+    headroom_high: float
+    memoryless_genome: Genome | None
+    provenance: dict[str, Any]
+
+    def best(self, kinds: Sequence[str]) -> Entry:
+        """The entry of `kinds` with the highest held-out mean."""
+        return max(
+            (e for e in self.entries if e.kind in kinds), key=lambda e: e.result.mean
+        )
+
+    @property
+    def random(self) -> Entry:
+        """The random reference."""
+        return self.best(("random",))
+
+    @property
+    def floor(self) -> Entry:
+        """The best memoryless policy found: the certified memoryless bound."""
+        return self.best(("no_memory",))
+
+    @property
+    def ceiling(self) -> Entry:
+        """The best learner or oracle."""
+        return self.best(("learner", "oracle"))
+
+    @property
+    def gap_in_learner_std(self) -> float:
+        """(ceiling - floor) in standard deviations of the ceiling's per-lifetime
+        score."""
+        ceiling = self.ceiling.result
+        return (ceiling.mean - self.floor.result.mean) / ceiling.std
+
+    def summary(self) -> dict[str, Any]:
+        """The certificate as plain values (certificate.json; no genome)."""
+        return {
+            "headroom": self.headroom,
+            "headroom_ci": [self.headroom_low, self.headroom_high],
+            "random": self.random.result.mean,
+            "floor": {"name": self.floor.name, "mean": self.floor.result.mean},
+            "ceiling": {"name": self.ceiling.name, "mean": self.ceiling.result.mean},
+            "gap_in_learner_std": self.gap_in_learner_std,
+            "entries": [
+                {"name": e.name, "kind": e.kind, "evolved": e.evolved}
+                | e.result.summary()
+                for e in self.entries
+            ],
+            "provenance": self.provenance,
+        }
+
+    def lines(self) -> list[str]:
+        """The certificate in words, one policy a line, best first per kind."""
+        n = self.floor.result.num_episodes
+        width = max(len(e.name) for e in self.entries) + 2
+        out = [f"policies on the same {n} held-out lifetimes (mean ± 95% CI):"]
+        for kind in ("random", "no_memory", "learner", "oracle"):
+            ranked = sorted(
+                (e for e in self.entries if e.kind == kind),
+                key=lambda e: -e.result.mean,
+            )
+            for e in ranked:
+                r = e.result
+                half = (r.ci_high - r.ci_low) / 2
+                out.append(
+                    f"  {kind:<9} {e.name.ljust(width)} {r.mean:.6g} ± {half:.2g}"
+                )
+        out.append(
+            f"headroom h = ({self.ceiling.name} - {self.floor.name}) / "
+            f"({self.ceiling.name} - random) = {self.headroom:.3f} "
+            f"[{self.headroom_low:.3f}, {self.headroom_high:.3f}] (95% CI)"
+        )
+        out.append(
+            f"the certified memoryless bound is {self.gap_in_learner_std:.2f} "
+            f"standard deviations of {self.ceiling.name}'s score below it"
+        )
+        return out
+
+
+def check_task(env: AbstractEnv, params: EnvParams, refs: Sequence[Reference]) -> None:
+    """What a certificate needs of a task, or a `CertificateError` naming what is
+    missing: a scalar float reward, a random reference, and a learner or oracle."""
+    name = type(env).__name__
+
+    def reward(key: PRNGKey) -> Any:
+        _, state = env.reset(key, params)
+        action = jnp.zeros((env.action_size,), jnp.float32)
+        return env.step(key, state, action, params)[2]
+
+    shape = jax.eval_shape(reward, jr.key(0))
+    if shape.shape != () or not jnp.issubdtype(shape.dtype, jnp.floating):
+        raise CertificateError(
+            f"{name}: a certificate needs a scalar float reward per step; its step "
+            f"gives {shape.dtype} of shape {shape.shape}"
+        )
+    kinds = {r.kind for r in refs}
+    if "random" not in kinds:
+        raise CertificateError(
+            f"{name} declares no random reference (eqxevo.references.references): "
+            "a certificate measures headroom against random"
+        )
+    if not kinds & {"learner", "oracle"}:
+        raise CertificateError(
+            f"{name} declares no learner or oracle reference "
+            "(eqxevo.references.references): a certificate needs one to measure "
+            "headroom against"
+        )
+
+
+Progress = Callable[[str], None]
+
+
+def search_memoryless(
+    key: PRNGKey,
+    env: AbstractEnv,
+    params: EnvParams,
+    num_steps: int,
+    budget: SearchBudget,
+    *,
+    reset_on_done: bool = True,
+    settings: EvalSettings | None = None,
+    progress: Progress | None = None,
+) -> list[tuple[str, Genome, Any]]:
+    """Evolve memoryless MLPs (`budget`) on the task; `(name, genome, filter_spec)`
+    for every seed's best-so-far and (where the algorithm has one) final mean."""
+    settings = settings or EvalSettings()
+    fitness = LifetimeFitness(
+        env, params, num_steps, reset_on_done, lifetimes=budget.lifetimes
+    )
+    candidates = []
+    for i, setting in enumerate(budget.settings):
+        net_key, run_key = jr.split(jr.fold_in(key, i))
+        mlp = MLPPolicy(
+            env.obs_size, env.action_size, budget.width, budget.depth, key=net_key
+        )
+        strategy = Strategy(
+            setting.algorithm,
+            mlp,
+            budget.population_size,
+            maximize=True,
+            params=dict(setting.params) or None,
+        )
+
+        def report(chunk: Chunk, label: str = setting.label) -> None:
+            if progress is not None:
+                best = float(np.max(chunk.best_fitness))
+                progress(
+                    f"memoryless search {label}: generation {chunk.generation}/"
+                    f"{chunk.num_generations}, best training fitness {best:.6g}"
+                )
+
+        result = evolve(
+            run_key,
+            strategy,
+            fitness,
+            num_generations=budget.generations,
+            num_seeds=budget.seeds,
+            callback=report,
+            mesh=settings.mesh,
+            batch_size=settings.batch_size,
+        )
+        for seed in range(budget.seeds):
+            genomes = heldout_genomes(strategy, take(result.state, seed))
+            for which, genome in genomes.items():
+                if genome is not None:
+                    name = f"evolved MLP ({setting.label}, seed {seed}, {which})"
+                    candidates.append((name, genome, strategy.filter_spec))
+    return candidates
+
+
+def certify(
+    key: PRNGKey,
+    env: AbstractEnv,
+    params: EnvParams,
+    num_steps: int,
+    *,
+    reset_on_done: bool = True,
+    num_episodes: int = 256,
+    budget: SearchBudget | None = DEFAULT_BUDGET,
+    settings: EvalSettings | None = None,
+    progress: Progress | None = None,
+    resamples: int = 2000,
+) -> Certificate:
+    """A task's headroom certificate: random, the best memoryless policy found
+    and the best learner or oracle, on the same `num_episodes` held-out
+    lifetimes of `num_steps` steps, and the headroom
+
+        h = (ceiling - floor) / (ceiling - random)
+
+    with its 95% bootstrap interval. The floor (the certified memoryless bound)
+    is the best held-out mean over the environment's references of kind
+    "no_memory" and the memoryless MLPs `search_memoryless` evolves with
+    `budget` (on training lifetimes; the held-out ones are
+    `fold_in(fold_in(key, CERTIFICATE_STREAM), e)`). Picking the best of many
+    candidates on the held-out lifetimes can only raise the floor: h errs low.
+
+    Arguments:
+        key: the certificate's key (search and held-out lifetimes).
+        env, params, num_steps: the task (environment, params, lifetime T).
+        reset_on_done: as `rollout`'s.
+        num_episodes: held-out lifetimes.
+        budget: the memoryless search; None: the declared references only.
+        settings: devices and block size of evaluation.
+        progress: called with a line of text now and then.
+        resamples: bootstrap resamples of the interval.
+
+    Raises:
+        CertificateError: a non-scalar reward, no random reference, or no
+            learner or oracle.
+    """
+    positive_int("num_steps", num_steps)
+    positive_int("num_episodes", num_episodes)
+    refs = references(env, params)
+    check_task(env, params, refs)
+    search_key, held_key = jr.split(key)
+    held_key = jr.fold_in(held_key, CERTIFICATE_STREAM)
+    fitness = LifetimeFitness(env, params, num_steps, reset_on_done)
+    if progress is not None:
+        progress(f"scoring {len(refs)} references on {num_episodes} lifetimes")
+    scored: list[Scored] = list(
+        score_references(held_key, fitness, refs, num_episodes, settings=settings)
+    )
+    entries = [Entry(s.name, s.kind, s.result) for s in scored]
+    genomes: dict[str, Genome] = {}
+    if budget is not None:
+        found = search_memoryless(
+            search_key,
+            env,
+            params,
+            num_steps,
+            budget,
+            reset_on_done=reset_on_done,
+            settings=settings,
+            progress=progress,
+        )
+        for name, genome, filter_spec in found:
+            result = heldout_evaluate(
+                held_key,
+                fitness,
+                genome,
+                num_episodes,
+                filter_spec=filter_spec,
+                settings=settings,
+            )
+            entries.append(Entry(name, "no_memory", result, evolved=True))
+            genomes[name] = genome
+    usable = [e for e in entries if e.result.num_nonfinite == 0]
+    if not any(e.kind == "no_memory" for e in usable):
+        raise CertificateError(
+            f"{type(env).__name__}: no memoryless policy to certify (no reference "
+            "of kind 'no_memory' and no search budget)"
+        )
+    low, high, h = headroom_interval(usable, resamples, seed=0)
+    evolved = [e for e in usable if e.evolved]
+    best_evolved = max(evolved, key=lambda e: e.result.mean) if evolved else None
+    provenance = {
+        "task": {
+            "env": type(env).__name__,
+            "params": _plain(params),
+            "lifetime": num_steps,
+            "reset_on_done": reset_on_done,
+        },
+        "episodes": num_episodes,
+        "budget": None if budget is None else budget.as_record(),
+        "memoryless_genome": None if best_evolved is None else best_evolved.name,
+        "versions": versions(),
+        "device": jax.devices()[0].device_kind,
+        "made": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    return Certificate(
+        tuple(usable),
+        h,
+        low,
+        high,
+        None if best_evolved is None else genomes[best_evolved.name],
+        provenance,
+    )
+
+
+def headroom_interval(
+    entries: Sequence[Entry], resamples: int, *, seed: int
+) -> tuple[float, float, float]:
+    """`(low, high, h)`: the headroom of `entries` and its 95% percentile
+    bootstrap interval, lifetimes resampled with every policy together (the
+    maxima taken inside each resample)."""
+    from scipy import stats
+
+    kinds = [e.kind for e in entries]
+    values = [np.asarray(e.result.values, np.float64) for e in entries]
+    floor = np.array([k == "no_memory" for k in kinds])
+    ceiling = np.array([k in ("learner", "oracle") for k in kinds])
+    rand = np.array([k == "random" for k in kinds])
+
+    def statistic(*samples: np.ndarray, axis: int = -1) -> Any:
+        means = np.stack([np.mean(s, axis=axis) for s in samples])
+        top = np.max(means[ceiling], axis=0)
+        return (top - np.max(means[floor], axis=0)) / (
+            top - np.max(means[rand], axis=0)
+        )
+
+    h = float(statistic(*values))
+    if len(values[0]) < 2 or not math.isfinite(h):
+        return math.nan, math.nan, h
+    result = stats.bootstrap(
+        values,
+        statistic,
+        paired=True,
+        vectorized=True,
+        n_resamples=resamples,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    interval = result.confidence_interval
+    return float(interval.low), float(interval.high), h
+
+
+def versions() -> dict[str, str]:
+    """The versions a certificate was made with."""
+    import equinox
+    import evosax
+
+    from . import __version__
+
+    return {
+        "eqxevo": __version__,
+        "jax": jax.__version__,
+        "equinox": equinox.__version__,
+        "evosax": getattr(evosax, "__version__", "unknown"),
+        "python": platform.python_version(),
+    }
+
+
+def _plain(params: Any) -> Any:
+    """Params as plain numbers (scalars) for the provenance."""
+    out: dict[str, Any] = {}
+    leaves = jax.tree_util.tree_leaves_with_path(eqx.filter(params, eqx.is_array))
+    for path, leaf in leaves:
+        value = np.asarray(leaf)
+        name = jax.tree_util.keystr(path).lstrip(".")
+        out[name] = value.item() if value.ndim == 0 else value.tolist()
+    return out
+
+
+__all__ = [
+    "CERTIFICATE_STREAM",
+    "DEFAULT_BUDGET",
+    "DEFAULT_SETTINGS",
+    "Certificate",
+    "CertificateError",
+    "Entry",
+    "SearchBudget",
+    "SearchSetting",
+    "certify",
+    "check_task",
+    "headroom_interval",
+    "search_memoryless",
+    "versions",
+]

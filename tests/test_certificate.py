@@ -1,0 +1,233 @@
+"""Headroom certificates: every policy on the same held-out lifetimes, h and its
+interval, the cache, and the tasks a certificate refuses."""
+
+import json
+import re
+from pathlib import Path
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from jaxtyping import Array, Int
+
+from eqxevo.certificate import (
+    CERTIFICATE_STREAM,
+    CertificateError,
+    Entry,
+    SearchBudget,
+    SearchSetting,
+    certify,
+    headroom_interval,
+)
+from eqxevo.cli import main
+from eqxevo.envs import IndependentBandit
+from eqxevo.envs.base import AbstractEnv
+from eqxevo.envs.params import AbstractParams, count
+from eqxevo.heldout import summarize
+from eqxevo.references import references, score_references
+from eqxevo.rollout import LifetimeFitness
+
+H = 20
+TINY = SearchBudget(
+    population_size=8,
+    generations=2,
+    seeds=1,
+    lifetimes=1,
+    width=4,
+    depth=1,
+    settings=(SearchSetting("snes", (("std_init", 0.3),)),),
+)
+
+
+def test_a_certificate_scores_references_and_the_search_on_the_same_lifetimes():
+    env = IndependentBandit(2)
+    params = env.default_params()
+    params = eqx.tree_at(lambda p: p.episode_length, params, jnp.int32(H))
+    key = jr.key(3)
+    cert = certify(key, env, params, H, num_episodes=64, budget=TINY, resamples=500)
+
+    # the declared references, oracle (privileged) included, then the search's
+    # best and mean genomes, all on the certificate's held-out lifetimes
+    refs = references(env, params)
+    names = [e.name for e in cert.entries]
+    assert names[: len(refs)] == [r.name for r in refs]
+    assert [e.name for e in cert.entries if e.evolved] == [
+        "evolved MLP (snes std_init=0.3, seed 0, mean)",
+        "evolved MLP (snes std_init=0.3, seed 0, best)",
+    ]
+    held = jr.fold_in(jr.split(key)[1], CERTIFICATE_STREAM)
+    again = score_references(held, LifetimeFitness(env, params, H), refs, 64)
+    for entry, scored in zip(cert.entries, again, strict=False):
+        np.testing.assert_array_equal(entry.result.values, scored.result.values)
+
+    # h from the entries' means, its interval around it
+    means = {e.name: e.result.mean for e in cert.entries}
+    kinds = {e.name: e.kind for e in cert.entries}
+    floor = max(m for n, m in means.items() if kinds[n] == "no_memory")
+    ceiling = max(m for n, m in means.items() if kinds[n] in ("learner", "oracle"))
+    assert cert.ceiling.name == "oracle"
+    assert cert.floor.result.mean == floor
+    assert cert.headroom == pytest.approx(
+        (ceiling - floor) / (ceiling - means["random"]), rel=1e-9
+    )
+    assert cert.headroom_low <= cert.headroom <= cert.headroom_high
+    assert cert.memoryless_genome is not None
+    record = cert.summary()
+    assert record["provenance"]["budget"]["settings"] == [
+        {"algorithm": "snes", "params": {"std_init": 0.3}}
+    ]
+    assert record["provenance"]["task"]["lifetime"] == H
+    json.dumps(record)  # plain values only
+
+
+def _entries(values: dict[str, tuple[str, np.ndarray]]) -> list[Entry]:
+    return [Entry(n, k, summarize(v)) for n, (k, v) in values.items()]
+
+
+def test_the_headroom_interval_is_a_paired_percentile_bootstrap():
+    rng = np.random.default_rng(0)
+    n = 400
+    shared = rng.normal(0, 5, n)  # lifetimes' luck, common to every policy
+    values = {
+        "random": ("random", 10 + shared + rng.normal(0, 1, n)),
+        "reflex": ("no_memory", 30 + shared + rng.normal(0, 1, n)),
+        "other reflex": ("no_memory", 28 + shared + rng.normal(0, 1, n)),
+        "learner": ("learner", 50 + shared + rng.normal(0, 1, n)),
+    }
+    low, high, h = headroom_interval(_entries(values), 4000, seed=1)
+    mean = {name: v.mean() for name, (_, v) in values.items()}
+    floor = max(mean["reflex"], mean["other reflex"])
+    assert h == pytest.approx(
+        (mean["learner"] - floor) / (mean["learner"] - mean["random"]), rel=1e-12
+    )
+    # a NumPy percentile bootstrap over lifetimes, every policy resampled together
+    idx = np.random.default_rng(2).integers(0, n, (4000, n))
+    m = {name: v[idx].mean(axis=1) for name, (_, v) in values.items()}
+    boot = (m["learner"] - np.maximum(m["reflex"], m["other reflex"])) / (
+        m["learner"] - m["random"]
+    )
+    np_low, np_high = np.percentile(boot, [2.5, 97.5])
+    assert low == pytest.approx(np_low, abs=3e-3)
+    assert high == pytest.approx(np_high, abs=3e-3)
+    # the shared luck cancels: paired, the interval is narrow
+    assert high - low < 0.02
+    # no spread at all: the interval is the value itself
+    flat = {
+        k: (kind, np.full(8, c))
+        for k, (kind, c) in {
+            "random": ("random", 1.0),
+            "reflex": ("no_memory", 2.0),
+            "learner": ("learner", 5.0),
+        }.items()
+    }
+    low, high, h = headroom_interval(_entries(flat), 200, seed=0)
+    assert low == pytest.approx(0.75) and high == pytest.approx(0.75) and h == 0.75
+
+
+class Steps(AbstractParams):
+    episode_length: Int[Array, ""] = count(4)
+
+
+class NoReferences(AbstractEnv):
+    """A task that declares no references: only random, by default."""
+
+    obs_size: int = 1
+    action_size: int = 1
+
+    def default_params(self):
+        return Steps()
+
+    def reset(self, key, params):
+        del key, params
+        return jnp.zeros((1,), jnp.float32), jnp.zeros((), jnp.int32)
+
+    def step(self, key, state, action, params):
+        del key, params
+        reward = jnp.sum(action).astype(jnp.float32)
+        return jnp.zeros((1,), jnp.float32), state + 1, reward, state >= 3, {}
+
+
+class VectorReward(NoReferences):
+    """A task whose reward is a vector: no certificate can be made for it."""
+
+    def step(self, key, state, action, params):
+        obs, state, reward, done, info = super().step(key, state, action, params)
+        return obs, state, jnp.stack([reward, reward]), done, info
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            VectorReward(2),
+            "needs a scalar float reward per step; its step gives "
+            "float32 of shape (2,)",
+        ),
+        (NoReferences(), "NoReferences declares no learner or oracle reference"),
+    ],
+)
+def test_a_task_a_certificate_cannot_measure_is_refused_in_one_line(
+    env, message, tmp_path, monkeypatch
+):
+    with pytest.raises(CertificateError, match=re.escape(message)):
+        certify(jr.key(0), env, env.default_params(), 4, num_episodes=4, budget=None)
+    # from the command line: one line, nothing written
+    monkeypatch.setenv("EQXEVO_CERTIFICATES", str(tmp_path / "certs"))
+    name = f"test_certificate:{type(env).__name__}"
+    result = CliRunner().invoke(
+        main, ["certify", "--set", f"env.name={name}", "--set", "run.lifetime=4"]
+    )
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and message.split(";")[0] in result.output
+    assert not (tmp_path / "certs").exists()
+
+
+def test_certify_caches_its_certificate_and_eval_normalises_against_it(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("EQXEVO_CERTIFICATES", str(tmp_path / "certs"))
+    task = ["env.name=bandit", f"env.params.episode_length={H}", f"run.lifetime={H}"]
+    sets = [a for item in task for a in ("--set", item)]
+    runner = CliRunner()
+    small = ["--quick", "--population", "8", "--generations", "2", "--episodes", "16"]
+    made = runner.invoke(main, ["certify", *sets, *small, "--quiet"])
+    assert made.exit_code == 0, made.output
+    assert "headroom h = (oracle - " in made.output
+    assert "certificate written: " in made.output
+    folder = made.output.split("certificate written: ")[1].strip()
+    record = json.loads(Path(folder, "certificate.json").read_text())
+    assert record["provenance"]["budget"]["population_size"] == 8
+    assert record["genome_sha256"]
+    cached = runner.invoke(main, ["certify", *sets, *small, "--quiet"])
+    assert cached.exit_code == 0, cached.output
+    assert cached.output.startswith(f"cached certificate: {folder}\n")
+
+    net = ["net.name=mlp", "strategy.population_size=8", "run.generations=2"]
+    ran = runner.invoke(
+        main,
+        [
+            "run",
+            *sets,
+            *[a for i in net for a in ("--set", i)],
+            "--out",
+            str(tmp_path / "runs"),
+            "--name",
+            "r",
+            "--quiet",
+        ],
+    )
+    assert ran.exit_code == 0, ran.output
+    evaluated = runner.invoke(main, ["eval", str(tmp_path / "runs" / "r")])
+    assert evaluated.exit_code == 0, evaluated.output
+    lines = evaluated.output.splitlines()
+    assert any(
+        line.startswith("  certified memoryless MLP (no_memory)") for line in lines
+    )
+    assert lines[-1].startswith(f"headroom certificate: h = {record['headroom']:.3f}")
+    fields = json.loads(
+        runner.invoke(main, ["eval", str(tmp_path / "runs" / "r"), "--json"]).output
+    )
+    assert fields["certificate"]["headroom"] == pytest.approx(record["headroom"])
