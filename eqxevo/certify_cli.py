@@ -10,7 +10,12 @@ from . import config as config_module
 from ._cli import CONTEXT, fail
 from .config import ConfigError
 
-QUICK = {"population_size": 32, "generations": 20, "seeds": 1, "lifetimes": 1}
+QUICK: dict[str, int] = {
+    "population_size": 32,
+    "generations": 20,
+    "seeds": 1,
+    "lifetimes": 1,
+}
 """`--quick`: a search to see that a certificate can be made, not to trust."""
 
 
@@ -93,7 +98,7 @@ def certify(
     from .interrupts import StopRequest
 
     with StopRequest(lambda: "certificate not made: nothing written"):
-        from .certificate import DEFAULT_BUDGET, CertificateError, SearchBudget
+        from .certificate import DEFAULT_BUDGET, CertificateError
         from .experiment.certify import certify_experiment
         from .experiment.rundir import RunDirError
         from .lock import LockedError
@@ -110,7 +115,9 @@ def certify(
                 "width": width,
                 "depth": depth,
             }
-            base = SearchBudget(**QUICK) if quick else DEFAULT_BUDGET
+            base = DEFAULT_BUDGET
+            if quick:
+                base = dataclasses.replace(base, **QUICK)
             given = {k: v for k, v in changes.items() if v is not None}
             budget = dataclasses.replace(base, **given)
 
