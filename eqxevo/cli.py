@@ -370,6 +370,13 @@ def plot(run_dir: str, steps: int | None) -> None:
     help="Evaluate on the lifetimes a run with run.seed = SEED holds out (default: "
     "this run's own, those its held-out evaluations used).",
 )
+@click.option(
+    "--lesion",
+    type=click.Choice(["plasticity", "memory"]),
+    help="Evaluate the genome lesioned: plasticity cut (its weights stay those it "
+    "is born with; alpha = 0), or memory wiped (its recurrent activity reset "
+    "before every step). The references are not lesioned.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
     "--render",
@@ -382,6 +389,7 @@ def eval_command(
     genome: str,
     episodes: int | None,
     seed: int | None,
+    lesion: str | None,
     as_json: bool,
     render: str | None,
 ) -> None:
@@ -400,20 +408,27 @@ def eval_command(
       eqxevo eval runs/my-run
       eqxevo eval runs/my-run --genome mean --episodes 256 --json
       eqxevo eval runs/my-run --seed 7 --render lifetime.png
+      eqxevo eval runs/my-plastic-run --lesion plasticity
     """
     from .experiment import ResourceError, RunDirError, eval_run
+    from .nets.base import LesionError
 
     try:
         evaluation, built, loaded = eval_run(
-            Path(run_dir), genome=genome, num_episodes=episodes, seed=seed
+            Path(run_dir),
+            genome=genome,
+            num_episodes=episodes,
+            seed=seed,
+            lesion=lesion,
         )
-    except (ConfigError, RunDirError, ResourceError) as err:
+    except (ConfigError, RunDirError, ResourceError, LesionError) as err:
         fail(err)
     result = evaluation.result
     if as_json:
         fields = {
             "run_dir": str(run_dir),
             "genome": genome,
+            "lesion": lesion,
             "stream": evaluation.stream,
             "run_seed": evaluation.run_seed,
             "generations": evaluation.generations,
@@ -428,8 +443,10 @@ def eval_command(
         click.echo(json.dumps(fields, indent=2))
     else:
         half = (result.ci_high - result.ci_low) / 2
+        cut = f" ({lesion} lesioned)" if lesion else ""
         click.echo(
-            f"held-out fitness over {result.num_episodes} lifetimes: {result.mean!r} "
+            f"held-out fitness{cut} over {result.num_episodes} lifetimes: "
+            f"{result.mean!r} "
             f"± {half:.4g} (95% CI [{result.ci_low:.6g}, {result.ci_high:.6g}])"
         )
         for line in evaluation.reference_lines():

@@ -640,3 +640,19 @@ def test_eval_errors_are_one_line_messages(evaluated_run, tmp_path):
     )
     result = _eval(tmp_path / "missing")
     assert result.exit_code == 2 and "does not exist" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("lesion", "message"),
+    [
+        ("plasticity", "MLPPolicy has no plasticity to lesion"),
+        ("memory", "MLPPolicy has no recurrent state to lesion"),
+    ],
+)
+def test_a_lesion_the_network_has_nothing_for_is_one_line(
+    evaluated_run, lesion, message
+):
+    result = _eval(evaluated_run, "--lesion", lesion)
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"Error: {message} (")
+    assert result.stderr.count("\n") == 1

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.random as jr
 import numpy as np
@@ -24,6 +25,7 @@ from ..heldout import (
 )
 from ..keys import seed_keys
 from ..metrics import format_bytes
+from ..nets.lesion import lesion as lesion_policy
 from ..references import Scale, Scored, references, scale, score_references
 from .build import Built, build
 from .certify import Stored, find_certificate
@@ -55,6 +57,8 @@ class Evaluation:
     certificate, when one is stored."""
     certificate: Stored | None = None
     """The task's stored headroom certificate (`eqxevo certify`), if any."""
+    lesion: str | None = None
+    """The lesion the genome was evaluated under (`eqxevo.nets.lesion`), if any."""
 
     @property
     def scale(self) -> Scale:
@@ -237,6 +241,7 @@ def eval_run(
     genome: str = "best",
     num_episodes: int | None = None,
     seed: int | None = None,
+    lesion: str | None = None,
 ) -> tuple[Evaluation, Built, Genome]:
     """Held-out evaluation of a run's saved genome (`eqxevo eval`), and of the
     environment's reference agents on the same lifetimes
@@ -251,6 +256,8 @@ def eval_run(
             evaluations used (with several seeds, those of the best genome's
             seed), so the result equals the run's final held-out record. An
             int S: the lifetimes a run with `run.seed = S` holds out.
+        lesion: None, or "plasticity" or "memory": evaluate the genome with
+            that cut (`eqxevo.nets.lesion`); the references are not lesioned.
 
     Raises:
         RunDirError: no run there, a genome file missing or damaged, or
@@ -258,11 +265,16 @@ def eval_run(
         ConfigError: the run's config.toml is unreadable or invalid.
         ResourceError: `num_episodes` above `MAX_EPISODES`, or more than the
             memory available holds (XLA's estimate).
+        LesionError: the network has nothing for `lesion` to act on.
     """
     if genome not in ("best", "mean"):
         raise ValueError(f"genome must be 'best' or 'mean'; got {genome!r}")
     directory = RunDir(run_dir)
     built, loaded = load_genome(run_dir, genome)
+    filter_spec = built.strategy.filter_spec
+    if lesion is not None:
+        loaded = lesion_policy(loaded, lesion)
+        filter_spec = eqx.is_inexact_array  # a lesion may wrap the genome
     summary = directory.read_summary()
     run_seed = 0
     if built.num_seeds is not None:
@@ -277,7 +289,6 @@ def eval_run(
     run_key = built.key if seed is None else seed_keys(seed)[1]
     key = heldout_keys(run_key, built.num_seeds)[run_seed]
     episodes = num_episodes or built.experiment.run.eval_episodes
-    filter_spec = built.strategy.filter_spec
     result = _heldout_checked(
         built, (built.heldout_fitness, loaded, filter_spec), key, episodes
     )
@@ -291,6 +302,7 @@ def eval_run(
         key,
         _references(built, key, episodes) + _certified(built, stored, key, episodes),
         stored,
+        lesion,
     )
     return evaluation, built, loaded
 

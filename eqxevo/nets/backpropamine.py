@@ -215,6 +215,13 @@ class PlasticMLPPolicy(AbstractPolicy):
         retroactive = self.modulation == "retroactive"
         self.trace_rate = jnp.asarray(rate, jnp.float32) if retroactive else None
 
+    def without_plasticity(self) -> "PlasticMLPPolicy":
+        """alpha = 0: the Hebbian traces still change but act on nothing (the
+        network is its MLP, bit for bit)."""
+        return eqx.tree_at(
+            lambda p: p.alpha, self, tuple(jnp.zeros_like(a) for a in self.alpha)
+        )
+
     def initial_state(self, key: PRNGKey) -> PlasticMLPState:
         """Every Hebbian (and eligibility) trace zero: nothing learned yet."""
         del key

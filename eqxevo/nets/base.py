@@ -11,6 +11,10 @@ PolicyState = Any
 """Any pytree of arrays (None for a stateless policy)."""
 
 
+class LesionError(ValueError):
+    """A lesion the network has nothing to act on (one line naming it)."""
+
+
 class AbstractPolicy(eqx.Module):
     """A network acting over a lifetime: `policy(obs, state) -> (action, state)`.
 
@@ -49,6 +53,34 @@ class AbstractPolicy(eqx.Module):
         del reward
         return state
 
+    def without_plasticity(self) -> "AbstractPolicy":
+        """This network with its plasticity cut: the weights it learns within a
+        lifetime stay those it is born with (the "plasticity" lesion of
+        `eqxevo.nets.lesion`). Plastic networks override it.
+
+        Raises:
+            LesionError: the network has no plasticity.
+        """
+        raise LesionError(
+            f"{type(self).__name__} has no plasticity to lesion (its weights do not "
+            "change within a lifetime)"
+        )
+
+    def forget(self, state: PolicyState, initial: PolicyState) -> PolicyState:
+        """`state` with its recurrent activity set back to `initial` (its value at
+        birth), its plastic weights kept: what the "memory" lesion of
+        `eqxevo.nets.lesion` does before every step. Recurrent networks override
+        it.
+
+        Raises:
+            LesionError: the network has no recurrent state.
+        """
+        del state, initial
+        raise LesionError(
+            f"{type(self).__name__} has no recurrent state to lesion (nothing it "
+            "computes carries over from one step to the next but plastic weights)"
+        )
+
 
 class AbstractStatelessPolicy(AbstractPolicy):
     """A policy without lifetime state: `initial_state` is None, and so is the
@@ -59,4 +91,4 @@ class AbstractStatelessPolicy(AbstractPolicy):
         return None
 
 
-__all__ = ["AbstractPolicy", "AbstractStatelessPolicy", "PolicyState"]
+__all__ = ["AbstractPolicy", "AbstractStatelessPolicy", "LesionError", "PolicyState"]

@@ -66,6 +66,10 @@ class GRUPolicy(AbstractPolicy):
     def hidden_size(self) -> int:
         return self.cell.hidden_size
 
+    def forget(self, state: GRUState, initial: GRUState) -> GRUState:
+        del state  # the hidden vector is all it remembers
+        return initial
+
     def initial_state(self, key: PRNGKey) -> GRUState:
         del key
         return GRUState(jnp.zeros(self.hidden_size))

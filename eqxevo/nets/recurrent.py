@@ -84,6 +84,10 @@ class RecurrentPolicy(AbstractPolicy):
     def hidden_size(self) -> int:
         return self.bias.shape[0]
 
+    def forget(self, state: RecurrentState, initial: RecurrentState) -> RecurrentState:
+        del state  # the hidden vector is all it remembers
+        return initial
+
     def initial_state(self, key: PRNGKey) -> RecurrentState:
         del key
         return RecurrentState(jnp.zeros(self.hidden_size))

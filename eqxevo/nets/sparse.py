@@ -304,6 +304,24 @@ class AbstractSparsePolicy(AbstractPolicy, Generic[RuleT]):
         plastic = update(self.layout, (rule, reward, plastic))
         return dataclasses.replace(state, plastic=plastic)
 
+    def without_plasticity(self) -> "AbstractSparsePolicy[RuleT]":
+        """A three-factor rule's learning rate, or backpropamine's alpha, set to 0:
+        the weights stay those the network is born with (a
+        `PerSynapseHebbianRule` that normalises still rescales them once, on the
+        first update)."""
+        rule = self.rule
+        if rule is None:
+            return super().without_plasticity()  # raises: nothing to cut
+        if isinstance(rule, BackpropamineRule):
+            return eqx.tree_at(lambda p: p.rule.alpha, self, jnp.zeros_like(rule.alpha))
+        zero = jnp.zeros_like(rule.learning_rate)
+        return eqx.tree_at(lambda p: p.rule.learning_rate, self, zero)
+
+    def forget(self, state: Any, initial: Any) -> Any:
+        """Every neuron's activity (potentials, rates, spikes, traces of spikes)
+        back to its value at birth; the plastic weights kept."""
+        return dataclasses.replace(initial, plastic=state.plastic)
+
     def settled(self, state: Any) -> Any:
         """`state` with the weight update that `reinforce` left pending applied
         (`PlasticState.pending`): read plastic weights after `reinforce` here."""
