@@ -221,3 +221,41 @@ def test_a_per_synapse_table_builds_and_resolves_to_itself():
     assert resolved["modulation"] == "none" and resolved["trace_decay"] == 0.0
     assert effective_options(sparse_rate, effective) == effective
     assert tree_equal(sparse_rate(3, 2, **effective, key=jr.key(0)), net)
+
+
+@pytest.mark.parametrize("distribution", ["uniform", "normal"])
+def test_weights_at_birth_are_drawn_every_lifetime_from_the_declared_law(
+    distribution,
+):
+    """Najarro & Risi's condition: no weights in the genome, fresh ones at every
+    birth, from the declared distribution, on the topology's edges only."""
+    s = 0.25
+    rule = PerSynapseHebbianRule(initial_weights=distribution, initial_scale=s)
+    policy = _policy("segment", rule)
+    assert policy.weights.shape == (0,)  # nothing to evolve but the rule
+    born = jax.vmap(lambda k: policy.initial_state(k).plastic.weights)(
+        jr.split(jr.key(1), 2000)
+    )
+    again = policy.initial_state(jr.key(1)).plastic.weights
+    first = policy.initial_state(jr.split(jr.key(1), 2000)[0]).plastic.weights
+    np.testing.assert_array_equal(born[0], first)
+    assert not np.array_equal(again, born[1])
+    values = np.asarray(born)[:, MASK]
+    assert np.all(np.asarray(born)[:, ~MASK] == 0.0)
+    n = values.size
+    assert abs(values.mean()) < 4 * s / np.sqrt(n)
+    if distribution == "uniform":
+        assert np.all(np.abs(values) <= s)
+        assert values.std() == pytest.approx(s / np.sqrt(3), rel=0.02)
+    else:
+        assert values.std() == pytest.approx(s, rel=0.02)
+    # a different lifetime, different weights; the evolved default is unchanged
+    evolved = _policy("segment", PerSynapseHebbianRule())
+    assert evolved.weights.shape == (E_MAX,)
+
+
+def test_bad_initial_weight_laws_are_refused():
+    with pytest.raises(ValueError, match="initial_weights must be one of 'evolved'"):
+        PerSynapseHebbianRule(initial_weights="xavier")
+    with pytest.raises(ValueError, match="initial_scale must be a finite number > 0"):
+        PerSynapseHebbianRule(initial_weights="uniform", initial_scale=0.0)

@@ -25,6 +25,11 @@ from .params import count, fraction, non_negative, param
 NUM_RESOURCES = 2
 """Two resource types, A and B: in every season one nourishes, the other harms."""
 
+DIGESTION = 20
+"""Steps from eating to tasting and being nourished (or harmed), by default: by
+then a body has left the patch it ate from, so what a type is worth cannot be
+read from the current observation (docs/environments.md, "L4: LongHorizon")."""
+
 
 class LongHorizonParams(AbstractFeedingParams):
     """Parameters of `LongHorizon`; every field is a scalar array (vmappable).
@@ -58,6 +63,8 @@ class LongHorizonState(AbstractFeedingState):
         good: which resource type nourishes this season (0 is A, 1 is B).
         taste: the last step's taste signal (part of the observation).
         time: steps since the lifetime began (deaths do not reset it).
+        gut: the net energy of the food eaten on each of the last `digestion`
+            steps, oldest first (empty without digestion).
     """
 
     energy: Float[Array, ""]
@@ -92,11 +99,17 @@ class LongHorizonNoise(eqx.Module):
 class LongHorizon(AbstractFeedingEnv):
     """L4 long horizon: which of two resources nourishes changes with the seasons.
 
-    Nothing in the observation says which type nourishes: the agent finds out by
-    tasting, so a policy that learns within its lifetime beats any fixed reflex.
+    Nothing in the observation says which type nourishes, and food is digested
+    `digestion` steps after it is eaten: only then does its taste show and its
+    energy count. By then the body has moved on, so what a type is worth this
+    season cannot be read from the current observation: a policy that remembers
+    what it ate and learns from its taste beats any policy without memory.
 
     Arguments:
         patches_per_resource: patches of each of the two types (>= 1).
+        digestion: steps from eating to tasting and being nourished or harmed
+            (>= 0; 0: at once, the L4 of eqxevo 0.1, where a reflex reading the
+            taste came within 10% of the learner).
         traced_param_checks: also check traced params in `reset` (see
             docs/environments.md, "Params"; off by default).
 
@@ -118,7 +131,7 @@ class LongHorizon(AbstractFeedingEnv):
     def __init__(
         self,
         patches_per_resource: int = 3,
-        digestion: int = 0,
+        digestion: int = DIGESTION,
         *,
         traced_param_checks: bool = False,
     ):

@@ -8,9 +8,10 @@ from typing import Any, TypeVar
 
 import equinox as eqx
 import jax.numpy as jnp
+import jax.random as jr
 from jax import lax
 
-from .._types import Array, Float
+from .._types import Array, Float, PRNGKey
 from .plasticity import AbstractRule, Modulation, abcd_increment, check_trace_decay
 from .propagate import AbstractLayout
 
@@ -49,6 +50,29 @@ def edge_sized(name: str, value: Array, num_edges: int) -> Array:
             "slots (E_max)"
         )
     return value
+
+
+INITIAL_WEIGHTS = ("evolved", "uniform", "normal")
+"""Where a `PerSynapseHebbianRule` network's weights at birth come from: the
+genome ("evolved"), or a fresh draw every lifetime, U(-s, s) ("uniform") or
+N(0, s^2) ("normal"), s = `initial_scale`."""
+
+
+def _initial_weights(value: Any) -> str:
+    if value not in INITIAL_WEIGHTS:
+        shown = " | ".join(map(repr, INITIAL_WEIGHTS))
+        raise ValueError(f"initial_weights must be one of {shown}; got {value!r}")
+    return value
+
+
+def _scale(value: Any) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value < float("inf")
+    ):
+        raise ValueError(f"initial_scale must be a finite number > 0; got {value!r}")
+    return float(value)
 
 
 def _flag(name: str) -> Any:
@@ -90,7 +114,13 @@ class PerSynapseHebbianRule(AbstractRule):
     networks", NeurIPS; their code, enajx/HebbianMetaLearning, rule "ABCD_lr").
     With the defaults (modulation="none": m = 1; trace_decay=0: e is this
     step's increment) the update is theirs, `dw = eta (A pre post + B pre +
-    C post + D)` on every step. They divide each layer's weights by its largest
+    C post + D)` on every step. Their central condition is that the weights at
+    birth are random, drawn afresh every lifetime, so that everything the
+    network does it must learn within the lifetime: `initial_weights="uniform"`
+    (U(-s, s), their default with s = 0.1) or "normal" (N(0, s^2)); the genome
+    then holds no weights, only the rule's coefficients (and the input
+    weights). With "evolved" (the default) the weights at birth are the
+    genome's, co-evolved with the rule. They divide each layer's weights by its largest
     magnitude after every update; a sparse recurrent network has one layer, its
     recurrent weight matrix, so `normalise` divides every plastic weight by the
     largest |w| of the whole network. (Per target neuron would scale every
@@ -109,6 +139,9 @@ class PerSynapseHebbianRule(AbstractRule):
             update (default true).
         modulation: default "none" (m = 1); "reward" or "neuron" make it a
             three-factor rule like `HebbianRule`.
+        initial_weights: "evolved" (the genome's), "uniform" or "normal" (drawn
+            every lifetime; see above).
+        initial_scale: s of the draw (default 0.1).
         modulator, weight_bounds, trace_dtype, baseline_decay, reward_bound:
             see `AbstractRule`.
 
@@ -132,6 +165,25 @@ class PerSynapseHebbianRule(AbstractRule):
     normalise: bool = eqx.field(
         default=True, static=True, kw_only=True, converter=_flag("normalise")
     )
+    initial_weights: str = eqx.field(
+        default="evolved", static=True, kw_only=True, converter=_initial_weights
+    )
+    initial_scale: float = eqx.field(
+        default=0.1, static=True, kw_only=True, converter=_scale
+    )
+
+    @property
+    def draws_weights(self) -> bool:
+        """Whether the weights at birth are drawn every lifetime (not evolved)."""
+        return self.initial_weights != "evolved"
+
+    def draw_weights(self, key: PRNGKey, num_edges: int) -> Float[Array, " edges"]:
+        """Weights at birth for one lifetime, one per edge slot, in edge-list
+        order: U(-s, s) or N(0, s^2) (`initial_weights`)."""
+        s = self.initial_scale
+        if self.initial_weights == "normal":
+            return s * jr.normal(key, (num_edges,), jnp.float32)
+        return jr.uniform(key, (num_edges,), jnp.float32, -s, s)
 
     def eligibility_decay(self, dt: float) -> float:
         del dt
@@ -166,6 +218,7 @@ class PerSynapseHebbianRule(AbstractRule):
 
 
 __all__ = [
+    "INITIAL_WEIGHTS",
     "PerSynapseHebbianRule",
     "edge_sized",
     "normalise_weights",

@@ -227,6 +227,10 @@ class AbstractSparsePolicy(AbstractPolicy, Generic[RuleT]):
         self.rule = (
             None if plasticity is None else plasticity.for_edges(topology.num_edges)
         )
+        if isinstance(plasticity, PerSynapseHebbianRule) and plasticity.draws_weights:
+            # drawn at every birth (Najarro & Risi's condition): none to evolve
+            self.weights = jnp.zeros((0,), jnp.float32)
+            return
         # weight_scale * N(0, 1) / sqrt(mean fan-in)
         fan_in = max(1.0, topology.num_active / n)
         scale = float(weight_scale) / math.sqrt(fan_in)
@@ -244,9 +248,14 @@ class AbstractSparsePolicy(AbstractPolicy, Generic[RuleT]):
             spiking = isinstance(self, SparseSpikingPolicy)
             n = self.num_neurons if spiking else None
             return None if rule is None else rule.initial_state(layout, n)
-        # the genome's weights, clipped into the rule's bounds; masked entries stay 0
+        # the genome's weights (or, drawn every lifetime, fresh ones), clipped
+        # into the rule's bounds; masked entries stay 0
+        weights = self.weights
+        if isinstance(rule, PerSynapseHebbianRule) and rule.draws_weights:
+            draw_key, key = jr.split(key)
+            weights = rule.draw_weights(draw_key, layout.num_edges)
         lo, hi = rule.weight_bounds
-        native = jnp.clip(layout.native_weights(self.weights), lo, hi)
+        native = jnp.clip(layout.native_weights(weights), lo, hi)
         return PlasticState(
             weights=jnp.where(layout.native_mask(), native, 0.0),
             trace=jnp.zeros(layout.native_shape, rule.trace_dtype),
