@@ -322,7 +322,9 @@ def plot(run_dir: str, steps: int | None) -> None:
     """Draw a run's fitness curves and its best agent's path.
 
     fitness.png: mean and spread over seeds per generation, with the held-out
-    evaluations; trajectory.png: the best genome living one lifetime (arena
+    evaluations and, where the task has a headroom certificate (`eqxevo
+    certify`), its certified memoryless bound and best learner or oracle as
+    bands; trajectory.png: the best genome living one lifetime (arena
     environments).
 
     \b
@@ -330,6 +332,7 @@ def plot(run_dir: str, steps: int | None) -> None:
       eqxevo plot runs/my-run
     """
     from .experiment import RunDir, RunDirError, plot_best
+    from .experiment.certify import certificate_bands
 
     directory = RunDir(run_dir)
     try:
@@ -337,7 +340,8 @@ def plot(run_dir: str, steps: int | None) -> None:
     except (ConfigError, RunDirError):
         experiment = None  # the curves need no config; the title names the folder
     try:
-        written = [directory.plot(experiment)]
+        bands = [] if experiment is None else certificate_bands(experiment)
+        written = [directory.plot(experiment, bands)]
     except RunDirError as err:
         fail(err)
     if (directory.path / "best_genome.eqx").exists():

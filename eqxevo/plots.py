@@ -3,6 +3,7 @@
 See docs/internals.md ("Figures").
 """
 
+import dataclasses
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
@@ -60,11 +61,40 @@ def save_figure(figure: Any, path: str | Path, **kwargs: Any) -> Path:
     return path
 
 
+@dataclasses.dataclass(frozen=True)
+class ReferenceBand:
+    """A reference drawn across a fitness figure: its held-out mean as a dashed
+    line and its 95% CI as a band (a task's certified memoryless bound, its
+    learner or oracle; `eqxevo.experiment.certify.certificate_bands`)."""
+
+    label: str
+    mean: float
+    low: float
+    high: float
+    color: str = "0.4"
+
+
+def draw_bands(ax: Any, bands: Sequence[ReferenceBand]) -> list[tuple[Any, str]]:
+    """Draw `bands` on `ax`; their legend entries."""
+    from matplotlib.patches import Patch
+
+    entries = []
+    for band in bands:
+        span = ax.axhspan(band.low, band.high, color=band.color, alpha=0.15, lw=0)
+        line = ax.axhline(band.mean, color=band.color, ls="--", lw=1.0)
+        span.set(gid="reference band", zorder=0)
+        line.set(gid="reference band", zorder=1)
+        handle = Patch(facecolor=band.color, alpha=0.3, edgecolor=band.color, ls="--")
+        entries.append((handle, band.label))
+    return entries
+
+
 def plot_fitness(
     records: Sequence[Mapping[str, Any]],
     path: str | Path,
     *,
     title: str | None = None,
+    bands: Sequence[ReferenceBand] = (),
 ) -> Path:
     """Fitness per generation, led by held-out evaluations.
 
@@ -79,15 +109,20 @@ def plot_fitness(
         records: `metrics.jsonl` records (`eqxevo.metrics.history_records`).
         path: where to write the PNG.
         title: the figure's title (default "fitness per generation").
+        bands: references drawn across the figure, on the held-out scale (the
+            task's certified memoryless bound and its learner or oracle).
 
     Returns:
         The path written.
     """
-    return save_figure(fitness_figure(records, title=title), path)
+    return save_figure(fitness_figure(records, title=title, bands=bands), path)
 
 
 def fitness_figure(
-    records: Sequence[Mapping[str, Any]], *, title: str | None = None
+    records: Sequence[Mapping[str, Any]],
+    *,
+    title: str | None = None,
+    bands: Sequence[ReferenceBand] = (),
 ) -> Any:
     """The `plot_fitness` figure, a matplotlib `Figure` (drawn on its Agg canvas)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -178,6 +213,7 @@ def fitness_figure(
                 f"band: 95% CI of the mean over {len(seeds)} seeds (t)",
             )
         )
+    entries += draw_bands(ax, bands)
     handles, names = zip(*entries, strict=True) if entries else ((), ())
     ax.legend(list(handles), list(names), loc="best", fontsize=8)
     ax.set_xlabel("generation")
@@ -353,6 +389,8 @@ def render_policy(
 
 
 __all__ = [
+    "ReferenceBand",
+    "draw_bands",
     "fitness_figure",
     "plot_fitness",
     "render_policy",

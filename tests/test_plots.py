@@ -8,6 +8,7 @@ from eqxevo.agents import BraitenbergAgent, ForagerAgent
 from eqxevo.envs import Chemotaxis, Foraging
 from eqxevo.metrics import history_records
 from eqxevo.plots import (
+    ReferenceBand,
     fitness_figure,
     plot_fitness,
     render_policy,
@@ -88,6 +89,34 @@ def test_fitness_figure_has_labels_a_title_and_integer_ticks():
     _assert_labels(ax, "generation", "fitness (higher is better)", legend)
     ticks = ax.get_xticks()
     assert np.all(ticks == np.round(ticks))  # whole generations only
+
+
+def test_reference_bands_are_labelled_lines_with_their_intervals():
+    from eqxevo.study.plots import learning_curves
+
+    bands = [
+        ReferenceBand(
+            "certified memoryless bound: reflex (10.0, 95% CI)", 10.0, 9.0, 11.0
+        ),
+        ReferenceBand(
+            "best learner or oracle: oracle (20.0, 95% CI)", 20.0, 19.5, 21.0
+        ),
+    ]
+    records = history_records(chunk(list(range(6))))
+    (ax,) = fitness_figure(records, bands=bands).axes
+    assert _legend_texts(ax)[-2:] == [b.label for b in bands]
+    drawn = [a for a in ax.get_children() if a.get_gid() == "reference band"]
+    spans = sorted(
+        (round(a.get_y(), 6), round(a.get_y() + a.get_height(), 6))
+        for a in drawn
+        if a not in ax.lines
+    )
+    assert spans == [(9.0, 11.0), (19.5, 21.0)]
+    lines = {float(a.get_ydata()[0]) for a in drawn if a in ax.lines}
+    assert lines == {10.0, 20.0}
+    curve = {"cell": (np.arange(5.0), np.full(5, np.nan), np.full(5, np.nan))}
+    (ax,) = learning_curves(curve, 2, references=bands).axes
+    assert _legend_texts(ax) == ["cell", *[b.label for b in bands]]
 
 
 def test_fitness_band_across_seeds_is_a_95_percent_ci_and_says_so():

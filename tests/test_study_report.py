@@ -216,8 +216,12 @@ def test_the_report_writes_tables_figures_and_markdown(finished_study, tmp_path)
 
     # the references, on the lifetimes each run held out
     refs = pd.read_csv(tmp_path / "references.csv")
-    assert set(refs["reference"]) == {"random", "Braitenberg vehicle 2b"}
-    assert len(refs) == 2 * 2 * 2  # noise levels (variants) x seeds x references
+    assert set(refs["reference"]) == {
+        "random",
+        "Braitenberg vehicle 2b",
+        "told the source",
+    }
+    assert len(refs) == 2 * 2 * 3  # noise levels (variants) x seeds x references
     run = study.runs[0]
     built = build(run.experiment)
     direct = score_references(
@@ -231,7 +235,26 @@ def test_the_report_writes_tables_figures_and_markdown(finished_study, tmp_path)
     assert list(mine["mean"]) == pytest.approx([d.result.mean for d in direct])
     assert {"no_memory_reference", "learner_reference", "normalised"} <= set(cells)
     assert np.all(np.isfinite(cells["no_memory_reference"].to_numpy()))
-    assert bool(cells["normalised"].isna().all())  # L0 has no learner or oracle
+    # the oracle told where the source is sets 1; the vehicle 0
+    np.testing.assert_allclose(
+        cells["normalised"],
+        (cells["heldout_mean"] - cells["no_memory_reference"])
+        / (cells["learner_reference"] - cells["no_memory_reference"]),
+    )
+    np.testing.assert_allclose(
+        cells["headroom"], cells["learner_reference"] - cells["no_memory_reference"]
+    )
+    # every comparison weighs the task's room against the arms' spread
+    for _, row in comparisons.iterrows():
+        both = cells[cells["cell"].isin([row["cell_a"], row["cell_b"]])]
+        assert row["headroom"] == pytest.approx(both["headroom"].mean())
+        spread = max(
+            cells.loc[cells["cell"] == c, "heldout_mean"].std(ddof=1)
+            for c in (row["cell_a"], row["cell_b"])
+        )
+        assert row["spread"] == pytest.approx(spread)
+        assert row["little_room"] == (row["headroom"] < 3 * spread)
+    assert "*Room*: the task's headroom" in text
     assert "## References" in text and "| Braitenberg vehicle 2b | no_memory |" in text
     flagged = summary[summary["below_no_memory"]]["cell"]
     for cell in flagged:

@@ -25,6 +25,7 @@ from ..certificate import (
 from ..config import Experiment
 from ..lock import WriterLock
 from ..nets.mlp import MLPPolicy
+from ..plots import ReferenceBand
 from .build import Built, build
 from .rundir import RunDirError, atomic_file, read_json, sha256, write_atomic
 
@@ -118,18 +119,65 @@ def read_certificate(path: Path, built: Built) -> Stored:
     return Stored(path, record, genome)
 
 
-def find_certificate(built: Built, root: str | Path | None = None) -> Stored | None:
-    """The stored certificate of `built`'s task with the highest memoryless bound
-    (the best memoryless policy any search found), or None. Damaged ones are
-    passed over."""
-    folder = task_folder(built.experiment, root)
-    found = []
-    for record in sorted(folder.glob(f"*/{CERTIFICATE_FILE}")):
+def _best_folder(experiment: Experiment, root: str | Path | None) -> Path | None:
+    """The folder of the stored certificate of `experiment`'s task with the
+    highest memoryless bound (the best memoryless policy any search found), or
+    None; unreadable records are passed over."""
+    best, floor = None, -float("inf")
+    for path in sorted(task_folder(experiment, root).glob(f"*/{CERTIFICATE_FILE}")):
         try:
-            found.append(read_certificate(record.parent, built))
-        except RunDirError:
+            mean = float(read_json(path)["floor"]["mean"])
+        except (RunDirError, KeyError, TypeError, ValueError):
             continue
-    return max(found, key=lambda s: s.floor) if found else None
+        if mean > floor:
+            best, floor = path.parent, mean
+    return best
+
+
+def find_certificate(built: Built, root: str | Path | None = None) -> Stored | None:
+    """The stored certificate of `built`'s task with the highest memoryless bound,
+    or None (a damaged one is passed over)."""
+    folder = _best_folder(built.experiment, root)
+    if folder is None:
+        return None
+    try:
+        return read_certificate(folder, built)
+    except RunDirError:
+        return None
+
+
+def certificate_bands(
+    experiment: Experiment, root: str | Path | None = None
+) -> list[ReferenceBand]:
+    """The task's certified memoryless bound and its best learner or oracle, as
+    bands for a fitness figure (their held-out means and 95% CIs on the
+    certificate's lifetimes); none without a certificate."""
+    folder = _best_folder(experiment, root)
+    if folder is None:
+        return []
+    record = read_json(folder / CERTIFICATE_FILE)
+    entries = {e["name"]: e for e in record.get("entries", [])}
+    bands = []
+    for role, what, color in (
+        ("floor", "certified memoryless bound", "tab:purple"),
+        ("ceiling", "best learner or oracle", "tab:olive"),
+    ):
+        entry = entries.get(record[role]["name"])
+        if entry is None or entry.get("mean") is None:
+            continue
+        mean = float(entry["mean"])
+        low = entry.get("ci_low")
+        high = entry.get("ci_high")
+        bands.append(
+            ReferenceBand(
+                f"{what}: {entry['name']} ({mean:.4g}, 95% CI)",
+                mean,
+                mean if low is None else float(low),
+                mean if high is None else float(high),
+                color,
+            )
+        )
+    return bands
 
 
 def certify_experiment(
@@ -199,6 +247,7 @@ __all__ = [
     "CertificateError",
     "Stored",
     "cache_root",
+    "certificate_bands",
     "certify_experiment",
     "find_certificate",
     "read_certificate",

@@ -300,18 +300,20 @@ def eval_run(
         run_seed,
         summary.get("generations"),
         key,
-        _references(built, key, episodes) + _certified(built, stored, key, episodes),
+        _references(built, key, episodes) + certified_reference(built, key, episodes),
         stored,
         lesion,
     )
     return evaluation, built, loaded
 
 
-def _certified(
-    built: Built, stored: Stored | None, key: PRNGKey, num_episodes: int
+def certified_reference(
+    built: Built, key: PRNGKey, num_episodes: int
 ) -> tuple[Scored, ...]:
-    """The certificate's memoryless network on the held-out lifetimes of `key`
-    (none without a certificate or when its search found no network)."""
+    """The memoryless network of the task's stored headroom certificate
+    (`find_certificate`) on the held-out lifetimes of `key`, as a reference of
+    kind "no_memory"; none without a certificate or a network in it."""
+    stored = find_certificate(built)
     if stored is None or stored.genome is None:
         return ()
     result = heldout_evaluate(
@@ -391,4 +393,11 @@ def plot_best(run_dir: str | Path, steps: int | None = None) -> Path:
     )
 
 
-__all__ = ["Evaluation", "eval_run", "load_genome", "plot_best", "render_lifetime"]
+__all__ = [
+    "Evaluation",
+    "certified_reference",
+    "eval_run",
+    "load_genome",
+    "plot_best",
+    "render_lifetime",
+]

@@ -38,6 +38,7 @@ from ..metrics import (
 )
 from ..runs import take
 from .build import Built, build
+from .certify import certificate_bands
 from .resources import (
     ResourceError,
     available_memory,
@@ -394,7 +395,7 @@ class Run:
                 self.dir.save_genome(which, genome)
                 name = GENOME_FILES[which]
                 checksums[name] = sha256(self.dir.path / name)
-        self.dir.plot(self.built.experiment)
+        self.dir.plot(self.built.experiment, certificate_bands(self.built.experiment))
         last = [r for r in self.dir.metrics.read() if r.get("seed", 0) == seed][-1:]
         self.summary["best_fitness"] = float(fitness) if np.isfinite(fitness) else None
         self.summary["final_mean_fitness"] = last[0].get("mean") if last else None

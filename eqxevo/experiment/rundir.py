@@ -7,7 +7,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -298,8 +298,11 @@ class RunDir:
             f"(P={e.strategy.population_size}, T={e.run.lifetime}{seeds})"
         )
 
-    def plot(self, experiment: Experiment | None = None) -> Path:
-        """Draw fitness.png from metrics.jsonl.
+    def plot(
+        self, experiment: Experiment | None = None, bands: Sequence[Any] = ()
+    ) -> Path:
+        """Draw fitness.png from metrics.jsonl, with reference `bands`
+        (`eqxevo.plots.ReferenceBand`) across it.
 
         Raises:
             RunDirError: there are no records to draw.
@@ -308,7 +311,9 @@ class RunDir:
         if not records:
             raise RunDirError(f"{self.path} has no metrics.jsonl records to plot")
         title = self.path.name if experiment is None else self.title(experiment)
-        return plot_fitness(records, self.path / "fitness.png", title=title)
+        return plot_fitness(
+            records, self.path / "fitness.png", title=title, bands=bands
+        )
 
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..plots import save_figure
+from ..plots import ReferenceBand, draw_bands, save_figure
 
 
 def _figure(width: float = 7.5, height: float = 4.5, ncols: int = 1) -> Any:
@@ -34,16 +34,20 @@ def learning_curves(
     path: str | Path | None = None,
     *,
     ylabel: str = "population mean fitness",
+    references: Sequence[ReferenceBand] = (),
 ) -> Any:
     """One line per cell: the mean over seeds per generation, shaded by its 95%
-    bootstrap CI.
+    bootstrap CI; references across it as labelled bands.
 
     Arguments:
         bands: `{cell: (mean, ci_low, ci_high)}`, each `(generations,)`.
         seeds: seeds per cell (for the legend).
         path: PNG to write (None: only return the figure).
+        references: the task's certified memoryless bound and best learner or
+            oracle (`eqxevo.plots.ReferenceBand`), on the fitness scale.
     """
     fig, (ax,) = _figure()
+    reference_entries = draw_bands(ax, references)
     for cell, (mean, low, high) in bands.items():
         x = np.arange(mean.size)
         (line,) = ax.plot(x, mean, lw=1.6, label=cell)
@@ -55,7 +59,12 @@ def learning_curves(
     ax.grid(alpha=0.3)
     # No band at all: too few seeds for a CI (`stats.MIN_RUNS_FOR_CI`).
     banded = any(np.isfinite(low).any() for _, low, _ in bands.values())
+    handles, labels = ax.get_legend_handles_labels()
+    handles += [h for h, _ in reference_entries]
+    labels += [label for _, label in reference_entries]
     ax.legend(
+        handles,
+        labels,
         title=f"mean ± 95% CI over {seeds} seeds"
         if banded
         else f"mean over {seeds} seeds (n too small for a CI)",

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..config import Experiment
 from ..experiment.build import build
+from ..experiment.review import certified_reference
 from ..heldout import heldout_keys
 from ..references import references, scale, score_references
 from .spec import Study, require
@@ -20,6 +21,8 @@ REFERENCE_COLUMNS: dict[str, str] = {
     "on the run's held-out lifetimes",
     "normalised": "(heldout_mean - no_memory_reference) / (learner_reference - "
     "no_memory_reference): 0 = no better than without memory, 1 = the learner",
+    "headroom": "learner_reference - no_memory_reference: the room the task "
+    "leaves for memory on the run's held-out lifetimes",
 }
 """cells.csv columns from the references scored on each run's lifetimes."""
 
@@ -82,6 +85,8 @@ def score_study_references(study: Study, cells: Any) -> tuple[Any, Any]:
             n,
             settings=built.settings(),
         )
+        # the task's certified memoryless network, where it has a certificate
+        scored += certified_reference(built, held_key, n)
         rows[variant, run.seed] = [
             {"variant": variant, "seed": run.seed, "reference": s.name}
             | {"kind": s.kind, **s.result.summary()}
@@ -113,8 +118,53 @@ def score_study_references(study: Study, cells: Any) -> tuple[Any, Any]:
             one.floor,
             one.ceiling,
             one.normalise(score) if finite else math.nan,
+            one.ceiling - one.floor,
         ]
     return table, cells
+
+
+ROOM_FACTOR = 3.0
+"""A comparison is flagged when its task's headroom (best learner or oracle minus
+the certified memoryless bound) is below this many times the arms' spread
+between seeds: the task leaves too little room for the test to mean much."""
+
+
+ROOM_NOTE = (
+    "*Room*: the task's headroom on the runs' held-out lifetimes (best learner or "
+    "oracle minus the best memoryless reference, the certified memoryless network "
+    "included where the task has a certificate) against the arms' spread between "
+    f"seeds; **little room** where it is below {ROOM_FACTOR:g} x that spread: the "
+    "comparison cannot say much about memory there."
+)
+"""report.md's note under every table with a room column."""
+
+
+def room_columns(table: Any, cells: Any) -> Any:
+    """`table` (comparisons of cells `cell_a`/`a` against `cell_b`/`b`) with
+    `headroom` (the two cells' mean headroom over their runs, fitness units),
+    `spread` (the larger standard deviation between seeds of their held-out
+    means) and `little_room` (headroom < `ROOM_FACTOR` x spread)."""
+    if table.empty or "headroom" not in cells:
+        return table
+    table = table.copy()
+    a = "cell_a" if "cell_a" in table else "a"
+    b = "cell_b" if "cell_b" in table else "b"
+    room, spread = [], []
+    for x, y in zip(table[a], table[b], strict=True):
+        both = cells[cells["cell"].isin([x, y])]
+        room.append(float(both["headroom"].astype(float).mean()))
+        stds = [
+            cells.loc[cells["cell"] == c, "heldout_mean"].astype(float).std(ddof=1)
+            for c in (x, y)
+        ]
+        spread.append(max((v for v in stds if math.isfinite(v)), default=math.nan))
+    table["headroom"] = room
+    table["spread"] = spread
+    table["little_room"] = [
+        bool(math.isfinite(r) and math.isfinite(s) and r < ROOM_FACTOR * s)
+        for r, s in zip(room, spread, strict=True)
+    ]
+    return table
 
 
 def reference_lines(refs: Any, summary: Any) -> list[str]:
@@ -153,4 +203,11 @@ def reference_lines(refs: Any, summary: Any) -> list[str]:
     return lines
 
 
-__all__ = ["REFERENCE_COLUMNS", "reference_lines", "score_study_references"]
+__all__ = [
+    "REFERENCE_COLUMNS",
+    "ROOM_FACTOR",
+    "ROOM_NOTE",
+    "reference_lines",
+    "room_columns",
+    "score_study_references",
+]

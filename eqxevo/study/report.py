@@ -335,7 +335,31 @@ def _episodes(cells: Any) -> str:
     return "/".join(map(str, counts)) or "–"
 
 
-def _preregistered_lines(table: Any) -> list[str]:
+def _room(row: Any) -> str:
+    """A comparison's room flag (`room_columns`)."""
+    if "little_room" not in row or not math.isfinite(float(row["headroom"])):
+        return "–"
+    text = f"{_fmt(row['headroom'])} vs spread {_fmt(row['spread'], 3)}"
+    return f"**little room** ({text})" if row["little_room"] else text
+
+
+def study_bands(study: Study) -> list[Any]:
+    """The certified memoryless bound and best learner or oracle of the study's
+    task as figure bands, when every run shares one task and it has a
+    certificate (`eqxevo certify`)."""
+    from ..experiment.build import build
+    from ..experiment.certify import certificate_bands, task_record
+
+    tasks = {
+        json.dumps(task_record(r.experiment), sort_keys=True, default=str)
+        for r in study.runs
+    }
+    if len(tasks) != 1:
+        return []
+    return certificate_bands(build(study.runs[0].experiment).experiment)
+
+
+def _preregistered_lines(table: Any, note: str) -> list[str]:
     if table.empty:
         return []
     rows = [
@@ -351,6 +375,7 @@ def _preregistered_lines(table: Any) -> list[str]:
             f"(Holm {_fmt(row['mannwhitney_p_holm'], 3)})",
             f"{_fmt(row['prob_improvement'], 3)} "
             + _ci(row, "prob_improvement", min(int(row["n_a"]), int(row["n_b"]))),
+            _room(row),
         ]
         for _, row in table.iterrows()
     ]
@@ -371,9 +396,12 @@ def _preregistered_lines(table: Any) -> list[str]:
                 "Welch's t",
                 "Mann–Whitney",
                 "P(A > B) [95% CI]",
+                "room",
             ],
             rows,
         ),
+        "",
+        note,
         "",
     ]
 
@@ -385,7 +413,12 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
     are scored on the runs' held-out lifetimes here (references.csv), once per
     environment variant and seed."""
     from . import plots
-    from .references import reference_lines, score_study_references
+    from .references import (
+        ROOM_NOTE,
+        reference_lines,
+        room_columns,
+        score_study_references,
+    )
 
     out = Path(out)
     study = load_study(out)
@@ -397,15 +430,17 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
     complete = cells[cells["complete"]]
     summary = summary_table(complete)
     summary.to_csv(to / "summary.csv", index=False)
-    comparisons = comparisons_table(complete, study)
+    comparisons = room_columns(comparisons_table(complete, study), complete)
     comparisons.to_csv(to / "comparisons.csv", index=False)
-    preregistered = preregistered_table(complete, study)
+    preregistered = room_columns(preregistered_table(complete, study), complete)
     if study.compare:
         preregistered.to_csv(to / "preregistered.csv", index=False)
 
     seeds = len(study.seeds)
     bands = {name: curve_band(v) for name, v in curves(out, study).items()}
-    plots.learning_curves(bands, seeds, to / "learning_curves.png")
+    plots.learning_curves(
+        bands, seeds, to / "learning_curves.png", references=study_bands(study)
+    )
     plots.final_fitness(
         complete, summary, list(METRICS.items()), to / "final_fitness.png"
     )
@@ -472,7 +507,7 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
             _markdown(headers, rows),
             "",
         ]
-    lines += _preregistered_lines(preregistered)
+    lines += _preregistered_lines(preregistered, ROOM_NOTE)
     lines += ["## Comparisons", ""]
     if comparisons.empty:
         lines += ["No two cells differ in exactly one factor.", ""]
@@ -499,6 +534,7 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
                     f"(adj. {_fmt(row['p_adjusted'], 3)})",
                     f"{_fmt(row['prob_improvement'], 3)} "
                     + _ci(row, "prob_improvement", n),
+                    _room(row),
                 ]
             )
         lines += [
@@ -510,9 +546,12 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
                     "A − B [95% CI]",
                     "Mann–Whitney",
                     "P(A > B) [95% CI]",
+                    "room",
                 ],
                 rows,
             ),
+            "",
+            ROOM_NOTE,
             "",
         ]
     lines += [
