@@ -45,6 +45,11 @@ QUICK: dict[str, int] = {
 @click.option("--population", type=click.IntRange(2), help="Search population.")
 @click.option("--generations", type=click.IntRange(1), help="Search generations.")
 @click.option("--seeds", type=click.IntRange(1), help="Search seeds per setting.")
+@click.option(
+    "--lifetimes",
+    type=click.IntRange(1),
+    help="Lifetimes per fitness evaluation in the search (noisy tasks want more).",
+)
 @click.option("--width", type=click.IntRange(1), help="The memoryless MLP's width.")
 @click.option("--depth", type=click.IntRange(0), help="The memoryless MLP's depth.")
 @click.option(
@@ -70,6 +75,7 @@ def certify(
     population: int | None,
     generations: int | None,
     seeds: int | None,
+    lifetimes: int | None,
     width: int | None,
     depth: int | None,
     quick: bool,
@@ -112,6 +118,7 @@ def certify(
                 "population_size": population,
                 "generations": generations,
                 "seeds": seeds,
+                "lifetimes": lifetimes,
                 "width": width,
                 "depth": depth,
             }
