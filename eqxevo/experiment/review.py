@@ -242,6 +242,7 @@ def eval_run(
     num_episodes: int | None = None,
     seed: int | None = None,
     lesion: str | None = None,
+    with_references: bool = True,
 ) -> tuple[Evaluation, Built, Genome]:
     """Held-out evaluation of a run's saved genome (`eqxevo eval`), and of the
     environment's reference agents on the same lifetimes
@@ -258,6 +259,8 @@ def eval_run(
             int S: the lifetimes a run with `run.seed = S` holds out.
         lesion: None, or "plasticity" or "memory": evaluate the genome with
             that cut (`eqxevo.nets.lesion`); the references are not lesioned.
+        with_references: also score the references and the certificate's
+            memoryless network on the same lifetimes (default).
 
     Raises:
         RunDirError: no run there, a genome file missing or damaged, or
@@ -292,7 +295,10 @@ def eval_run(
     result = _heldout_checked(
         built, (built.heldout_fitness, loaded, filter_spec), key, episodes
     )
-    stored = find_certificate(built)
+    refs: tuple[Scored, ...] = ()
+    if with_references:
+        refs = _references(built, key, episodes)
+        refs += certified_reference(built, key, episodes)
     evaluation = Evaluation(
         result,
         genome,
@@ -300,8 +306,8 @@ def eval_run(
         run_seed,
         summary.get("generations"),
         key,
-        _references(built, key, episodes) + certified_reference(built, key, episodes),
-        stored,
+        refs,
+        find_certificate(built) if with_references else None,
         lesion,
     )
     return evaluation, built, loaded

@@ -413,6 +413,7 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
     are scored on the runs' held-out lifetimes here (references.csv), once per
     environment variant and seed."""
     from . import plots
+    from .lesions import lesion_columns, lesion_lines
     from .references import (
         ROOM_NOTE,
         reference_lines,
@@ -425,6 +426,7 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
     to = Path(to) if to is not None else out / "report"
     to.mkdir(parents=True, exist_ok=True)
     refs, cells = score_study_references(study, cells_table(out, study))
+    cells = lesion_columns(out, cells)
     refs.to_csv(to / "references.csv", index=False)
     cells.to_csv(to / "cells.csv", index=False)
     complete = cells[cells["complete"]]
@@ -507,6 +509,7 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
             _markdown(headers, rows),
             "",
         ]
+    lines += lesion_lines(complete)
     lines += _preregistered_lines(preregistered, ROOM_NOTE)
     lines += ["## Comparisons", ""]
     if comparisons.empty:
