@@ -34,6 +34,7 @@ from .plasticity import (
 from .propagate import AbstractLayout
 from .sparse_backpropamine import BackpropamineRule, BackpropamineState
 from .topology import Topology
+from .wiring import external_current, inject, neuron_ids, read_out
 
 RateRule = HebbianRule | PerSynapseHebbianRule | BackpropamineRule
 """The plasticity rules of `SparseRatePolicy`."""
@@ -80,46 +81,6 @@ class SparseSpikingState(eqx.Module):
 
 
 # -- shared helpers ---------------------------------------------------------------
-
-
-def _ids(
-    name: str, ids: Sequence[int] | None, default: range, num_neurons: int, size: int
-) -> tuple[int, ...]:
-    # static ints: injection and readout index with constants (contiguous: a slice)
-    out = tuple(default) if ids is None else tuple(int(i) for i in ids)
-    if len(out) != size:
-        raise ValueError(f"{name} must name {size} neurons; got {len(out)}: {out}")
-    if any(i < 0 or i >= num_neurons for i in out) or len(set(out)) != len(out):
-        raise ValueError(
-            f"{name} must be distinct neuron ids in [0, {num_neurons}); got {out}"
-        )
-    return out
-
-
-def _contiguous(ids: tuple[int, ...]) -> bool:
-    return ids == tuple(range(ids[0], ids[0] + len(ids)))
-
-
-def _inject(current: Array, values: Array, ids: tuple[int, ...]) -> Array:
-    """Add `values[k]` to `current[ids[k]]` (trailing axes broadcast)."""
-    # A contiguous block of ids (the default) is a pad and an add: no scatter.
-    if _contiguous(ids):
-        start, n = ids[0], current.shape[0]
-        pad = ((start, n - start - len(ids)),) + ((0, 0),) * (values.ndim - 1)
-        return current + jnp.pad(values, pad)
-    return current.at[jnp.asarray(ids)].add(values)
-
-
-def _external(x: Array, values: Array, ids: tuple[int, ...]) -> Array:
-    """The injected current alone, `[N, B]`: what the fused kernel adds to `W x`."""
-    zeros = jnp.zeros((x.shape[0], values.shape[-1]), x.dtype)
-    return _inject(zeros, values, ids)
-
-
-def _read(values: Array, ids: tuple[int, ...]) -> Array:
-    if _contiguous(ids):
-        return values[ids[0] : ids[0] + len(ids)]
-    return values[jnp.asarray(ids)]
 
 
 def _check_rule(rule: Any, expected: tuple[type, ...], num_neurons: int) -> None:
@@ -203,8 +164,10 @@ class AbstractSparsePolicy(AbstractPolicy, Generic[RuleT]):
         """Set the sizes and the input/output neurons (called by `__init__`)."""
         self.obs_size = positive_int("obs_size", obs_size)
         self.action_size = positive_int("action_size", action_size)
-        self.input_ids = _ids("input_ids", input_ids, range(obs_size), n, obs_size)
-        self.output_ids = _ids(
+        self.input_ids = neuron_ids(
+            "input_ids", input_ids, range(obs_size), n, obs_size
+        )
+        self.output_ids = neuron_ids(
             "output_ids", output_ids, range(n - action_size, n), n, action_size
         )
 
@@ -421,11 +384,11 @@ class SparseRatePolicy(AbstractSparsePolicy[RateRule]):
             # only a HebbianRule is fused (`_check_fusable`)
             assert rule is None or isinstance(rule, HebbianRule)
             assert not isinstance(plastic, BackpropamineState)
-            external = _external(x, self.input_weight * obs, self.input_ids)
+            external = external_current(x, self.input_weight * obs, self.input_ids)
             potential, rate, plastic = layout.rate_step(
                 self.neurons, rule, weights, state.potential, x, external, plastic
             )
-            return _read(rate, self.output_ids), SparseRateState(
+            return read_out(rate, self.output_ids), SparseRateState(
                 potential, rate, plastic
             )
         if plastic is None:
@@ -435,9 +398,9 @@ class SparseRatePolicy(AbstractSparsePolicy[RateRule]):
             current, pre = layout.currents(weights, x), layout.pre(x)
         else:
             current, pre = layout.currents_and_pre(weights, x)
-        current = _inject(current, self.input_weight * obs, self.input_ids)
+        current = inject(current, self.input_weight * obs, self.input_ids)
         potential, rate = self.neurons.step(state.potential, current)
-        action = _read(rate, self.output_ids)
+        action = read_out(rate, self.output_ids)
         if isinstance(rule, BackpropamineRule):
             assert isinstance(plastic, BackpropamineState) and pre is not None
             activity = rate[self._modulator()]
@@ -561,7 +524,9 @@ class SparseSpikingPolicy(AbstractSparsePolicy[SpikingRule]):
             # only an STDPRule is fused (`_check_fusable`)
             assert rule is None or isinstance(rule, STDPRule)
             assert not isinstance(plastic, BackpropamineState)
-            external = _external(state.spikes, self.input_weight * obs, self.input_ids)
+            external = external_current(
+                state.spikes, self.input_weight * obs, self.input_ids
+            )
             potential, refractory, spikes, plastic = layout.spiking_step(
                 neurons,
                 rule,
@@ -576,12 +541,14 @@ class SparseSpikingPolicy(AbstractSparsePolicy[SpikingRule]):
             )
         else:
             current = layout.currents(weights, state.spikes)
-            current = _inject(current, self.input_weight * obs, self.input_ids)
+            current = inject(current, self.input_weight * obs, self.input_ids)
             potential, refractory, spikes = neurons.step(
                 state.potential, state.refractory, current
             )
         decay = self.readout_decay
-        readout = decay * state.readout + (1.0 - decay) * _read(spikes, self.output_ids)
+        readout = decay * state.readout + (1.0 - decay) * read_out(
+            spikes, self.output_ids
+        )
         action = jnp.tanh(self.readout_weight * readout + self.readout_bias)
         if isinstance(rule, BackpropamineRule):
             assert isinstance(plastic, BackpropamineState)
