@@ -276,7 +276,7 @@ class AbstractSparsePolicy(AbstractPolicy, Generic[RuleT]):
         plastic = update(self.layout, (rule, reward, plastic))
         return dataclasses.replace(state, plastic=plastic)
 
-    def without_plasticity(self) -> "AbstractSparsePolicy[RuleT]":
+    def without_plasticity(self) -> AbstractPolicy:
         """A three-factor rule's learning rate, or backpropamine's alpha, set to 0:
         the weights stay those the network is born with (a
         `PerSynapseHebbianRule` that normalises still rescales them once, on the
