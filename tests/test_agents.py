@@ -117,7 +117,8 @@ def test_lifetime_learning_pays_on_long_horizon(key):
     """L4: learning which resource nourishes beats the same agent without learning."""
     env = LongHorizon()
     params = LongHorizonParams(season_length=600)
-    learner = mean_fitness(TasteLearnerAgent(), env, key, 3000, 8, params)
+    taste_learner = TasteLearnerAgent(digestion=env.digestion)
+    learner = mean_fitness(taste_learner, env, key, 3000, 8, params)
     fixed = mean_fitness(TasteLearnerAgent(0.0, 1.0), env, key, 3000, 8, params)
     assert float(learner) > float(fixed) + 0.1 * 3000
 

@@ -1,4 +1,5 @@
-"""`RandomAgent`: the random reference every environment has."""
+"""`RandomAgent`, the random reference every environment has; the observation map
+of `GymnaxEnv` that agents reading raw gymnax observations undo."""
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -36,4 +37,27 @@ class RandomAgent(AbstractPolicy):
         return action, next_key
 
 
-__all__ = ["RandomAgent"]
+def observation_map(
+    obs_center: tuple[float, ...] | None,
+    obs_scale: tuple[float, ...] | None,
+    size: int,
+    env_name: str,
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """`(center, scale)` of `GymnaxEnv(env_name, normalize_obs=True)`'s map
+    (`env.obs_center`, `env.obs_scale`: `size` numbers each, scales non-zero), or
+    the identity map for `None`: an agent reads `obs / scale + center`.
+
+    Raises:
+        ValueError: the wrong number of values, or a zero scale.
+    """
+    center = (0.0,) * size if obs_center is None else tuple(map(float, obs_center))
+    scale = (1.0,) * size if obs_scale is None else tuple(map(float, obs_scale))
+    if len(center) != size or len(scale) != size or 0.0 in scale:
+        raise ValueError(
+            f"obs_center and obs_scale must be {size} numbers each (scales "
+            f"non-zero), as GymnaxEnv({env_name!r}) has; got {center} and {scale}"
+        )
+    return center, scale
+
+
+__all__ = ["RandomAgent", "observation_map"]

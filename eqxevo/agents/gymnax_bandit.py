@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from .._types import Array, Float, Int, PRNGKey
 from ..envs.base import Action, Observation
 from ..nets.base import AbstractPolicy, AbstractStatelessPolicy
+from .base import observation_map
 
 
 class AbstractBanditAgent(AbstractPolicy):
@@ -42,19 +43,6 @@ def _bandit_sizes(agent: AbstractBanditAgent) -> None:
     agent.obs_size, agent.action_size = 4, 2
 
 
-def _check_affine(
-    obs_center: tuple[float, ...] | None, obs_scale: tuple[float, ...] | None
-) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    center = (0.0,) * 4 if obs_center is None else tuple(map(float, obs_center))
-    scale = (1.0,) * 4 if obs_scale is None else tuple(map(float, obs_scale))
-    if len(center) != 4 or len(scale) != 4 or 0.0 in scale:
-        raise ValueError(
-            "obs_center and obs_scale must be 4 numbers each (scales non-zero), "
-            f"as GymnaxEnv('BernoulliBandit-misc') has; got {center} and {scale}"
-        )
-    return center, scale
-
-
 class WinStayLoseShiftAgent(AbstractBanditAgent, AbstractStatelessPolicy):
     """Win-stay, lose-shift on BernoulliBandit-misc: pull the last arm again after
     a reward, the other one after none (Robbins 1952). It reads only the current
@@ -72,7 +60,9 @@ class WinStayLoseShiftAgent(AbstractBanditAgent, AbstractStatelessPolicy):
         obs_center: tuple[float, ...] | None = None,
         obs_scale: tuple[float, ...] | None = None,
     ):
-        self.obs_center, self.obs_scale = _check_affine(obs_center, obs_scale)
+        self.obs_center, self.obs_scale = observation_map(
+            obs_center, obs_scale, 4, "BernoulliBandit-misc"
+        )
         _bandit_sizes(self)
 
     def __call__(self, obs: Observation, state: None) -> tuple[Action, None]:
@@ -119,7 +109,9 @@ class GreedyBayesAgent(AbstractBanditAgent):
         obs_center: tuple[float, ...] | None = None,
         obs_scale: tuple[float, ...] | None = None,
     ):
-        self.obs_center, self.obs_scale = _check_affine(obs_center, obs_scale)
+        self.obs_center, self.obs_scale = observation_map(
+            obs_center, obs_scale, 4, "BernoulliBandit-misc"
+        )
         _bandit_sizes(self)
         p = jnp.asarray(reward_prob, jnp.float32)
         traced = isinstance(p, jax.core.Tracer)  # pyright: ignore[reportAttributeAccessIssue]

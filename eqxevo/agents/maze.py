@@ -15,6 +15,7 @@ import numpy as np
 from .._types import Array, Bool, Float, Int, PRNGKey
 from ..envs.base import Action, Observation
 from ..nets.base import AbstractPolicy, AbstractStatelessPolicy
+from .base import observation_map
 
 MOVES = ((-1, 0), (0, 1), (1, 0), (0, -1))
 """gymnax's four actions as (row, column) steps: up, right, down, left."""
@@ -50,20 +51,6 @@ def _check_layout(env_map: Any) -> np.ndarray:
             f"`env_map`; got {layout.dtype} of shape {layout.shape}"
         )
     return layout
-
-
-def _check_affine(
-    obs_center: tuple[float, ...] | None, obs_scale: tuple[float, ...] | None
-) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    center = (0.0,) * OBS_SIZE if obs_center is None else tuple(map(float, obs_center))
-    scale = (1.0,) * OBS_SIZE if obs_scale is None else tuple(map(float, obs_scale))
-    if len(center) != OBS_SIZE or len(scale) != OBS_SIZE or 0.0 in scale:
-        raise ValueError(
-            f"obs_center and obs_scale must be {OBS_SIZE} numbers each (scales "
-            "non-zero), as GymnaxEnv('MetaMaze-misc') has; got "
-            f"{center} and {scale}"
-        )
-    return center, scale
 
 
 def _tables(layout: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -174,7 +161,9 @@ class MazeWallFollowerAgent(AbstractMazeAgent, AbstractStatelessPolicy):
         obs_center: tuple[float, ...] | None = None,
         obs_scale: tuple[float, ...] | None = None,
     ):
-        self.obs_center, self.obs_scale = _check_affine(obs_center, obs_scale)
+        self.obs_center, self.obs_scale = observation_map(
+            obs_center, obs_scale, OBS_SIZE, "MetaMaze-misc"
+        )
         self.obs_size, self.action_size = OBS_SIZE, 4
 
     def __call__(self, obs: Observation, state: None) -> tuple[Action, None]:
@@ -219,7 +208,9 @@ class MazeOracleAgent(AbstractMazeAgent, AbstractStatelessPolicy):
         obs_center: tuple[float, ...] | None = None,
         obs_scale: tuple[float, ...] | None = None,
     ):
-        self.obs_center, self.obs_scale = _check_affine(obs_center, obs_scale)
+        self.obs_center, self.obs_scale = observation_map(
+            obs_center, obs_scale, OBS_SIZE, "MetaMaze-misc"
+        )
         self.obs_size, self.action_size = OBS_SIZE + 4, 4
         layout = _check_layout(env_map)
         self.columns = layout.shape[1]
@@ -276,7 +267,9 @@ class MazeExploreExploitAgent(AbstractMazeAgent):
         obs_center: tuple[float, ...] | None = None,
         obs_scale: tuple[float, ...] | None = None,
     ):
-        self.obs_center, self.obs_scale = _check_affine(obs_center, obs_scale)
+        self.obs_center, self.obs_scale = observation_map(
+            obs_center, obs_scale, OBS_SIZE, "MetaMaze-misc"
+        )
         self.obs_size, self.action_size = OBS_SIZE + 4, 4
         layout = _check_layout(env_map)
         self.columns = layout.shape[1]
