@@ -48,6 +48,25 @@ def _nearly_empty(state, expected):
     return float(state.energy) < 0.1
 
 
+def _long_horizon(digestion):
+    return (
+        LongHorizon(M, digestion=digestion),
+        long_horizon_step,
+        arena_states(
+            LongHorizonState,
+            energy=st.floats(0.0, 1.0, width=32),
+            patches=float_arrays((2, M, 2), -1.0, 1.0),
+            amounts=float_arrays((2, M), 0.0, 1.0),
+            good=st.integers(0, 1),
+            taste=st.just(0.0),
+            time=st.integers(0, 40),
+            gut=float_arrays((digestion,), -0.125, 0.125),
+        ),
+        _nearly_empty,
+        {"patches": 1e-6, "taste": 1e-4, "gut": 1e-6},
+    )
+
+
 # env, its reference step, its states, when `died` may differ, tolerances
 CASES = {
     "chemotaxis": (
@@ -76,39 +95,9 @@ CASES = {
         _starved,
         {"patches": 0.0},
     ),
-    "long_horizon": (
-        LongHorizon(M),
-        long_horizon_step,
-        arena_states(
-            LongHorizonState,
-            energy=st.floats(0.0, 1.0, width=32),
-            patches=float_arrays((2, M, 2), -1.0, 1.0),
-            amounts=float_arrays((2, M), 0.0, 1.0),
-            good=st.integers(0, 1),
-            taste=st.just(0.0),
-            time=st.integers(0, 40),
-            gut=float_arrays((0,), -0.125, 0.125),
-        ),
-        _nearly_empty,
-        {"patches": 1e-6, "taste": 1e-4},
-    ),
-    # food tastes and nourishes `digestion` steps after it is eaten
-    "long_horizon_digesting": (
-        LongHorizon(M, digestion=3),
-        long_horizon_step,
-        arena_states(
-            LongHorizonState,
-            energy=st.floats(0.0, 1.0, width=32),
-            patches=float_arrays((2, M, 2), -1.0, 1.0),
-            amounts=float_arrays((2, M), 0.0, 1.0),
-            good=st.integers(0, 1),
-            taste=st.just(0.0),
-            time=st.integers(0, 40),
-            gut=float_arrays((3,), -0.125, 0.125),
-        ),
-        _nearly_empty,
-        {"patches": 1e-6, "taste": 1e-4, "gut": 1e-6},
-    ),
+    # food tastes and nourishes `digestion` steps after it is eaten (or at once)
+    "long_horizon": _long_horizon(0),
+    "long_horizon_digesting": _long_horizon(3),
 }
 
 
