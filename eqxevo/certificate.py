@@ -164,6 +164,28 @@ class Certificate:
         ceiling = self.ceiling.result
         return (ceiling.mean - self.floor.result.mean) / ceiling.std
 
+    @property
+    def learner(self) -> Entry | None:
+        """The best learner (a policy that learns, told nothing), if any."""
+        learners = [e for e in self.entries if e.kind == "learner"]
+        return max(learners, key=lambda e: e.result.mean) if learners else None
+
+    def learner_record(self) -> dict[str, Any] | None:
+        """The best learner against the bound: its mean, its headroom
+        `(learner - floor) / (learner - random)` and the gap in standard
+        deviations of its score (None without a learner)."""
+        learner = self.learner
+        if learner is None:
+            return None
+        r, floor = learner.result, self.floor.result.mean
+        span = r.mean - self.random.result.mean
+        return {
+            "name": learner.name,
+            "mean": r.mean,
+            "headroom": (r.mean - floor) / span if span > 0 else math.nan,
+            "gap_in_std": (r.mean - floor) / r.std if r.std > 0 else math.nan,
+        }
+
     def summary(self) -> dict[str, Any]:
         """The certificate as plain values (certificate.json; no genome)."""
         return {
@@ -173,6 +195,7 @@ class Certificate:
             "floor": {"name": self.floor.name, "mean": self.floor.result.mean},
             "ceiling": {"name": self.ceiling.name, "mean": self.ceiling.result.mean},
             "gap_in_learner_std": self.gap_in_learner_std,
+            "learner": self.learner_record(),
             "entries": [
                 {"name": e.name, "kind": e.kind, "evolved": e.evolved}
                 | e.result.summary()
@@ -206,6 +229,13 @@ class Certificate:
             f"the certified memoryless bound is {self.gap_in_learner_std:.2f} "
             f"standard deviations of {self.ceiling.name}'s score below it"
         )
+        learner = self.learner_record()
+        if learner is not None and learner["name"] != self.ceiling.name:
+            out.append(
+                f"against the best learner ({learner['name']}, told nothing): h = "
+                f"{learner['headroom']:.3f}, the bound {learner['gap_in_std']:.2f} "
+                "standard deviations of its score below it"
+            )
         return out
 
 

@@ -74,6 +74,17 @@ def test_a_certificate_scores_references_and_the_search_on_the_same_lifetimes():
         (ceiling - floor) / (ceiling - means["random"]), rel=1e-9
     )
     assert cert.headroom_low <= cert.headroom <= cert.headroom_high
+    learners = {n: m for n, m in means.items() if kinds[n] == "learner"}
+    best = max(learners, key=learners.get)
+    stds = {e.name: e.result.std for e in cert.entries}
+    assert cert.learner_record() == pytest.approx(
+        {
+            "name": best,
+            "mean": learners[best],
+            "headroom": (learners[best] - floor) / (learners[best] - means["random"]),
+            "gap_in_std": (learners[best] - floor) / stds[best],
+        }
+    )
     assert cert.memoryless_genome is not None
     record = cert.summary()
     assert record["provenance"]["budget"]["settings"] == [
