@@ -244,8 +244,14 @@ def test_the_report_writes_tables_figures_and_markdown(finished_study, tmp_path)
     np.testing.assert_allclose(
         cells["headroom"], cells["learner_reference"] - cells["no_memory_reference"]
     )
-    # every comparison weighs the task's room against the arms' spread
-    for _, row in comparisons.iterrows():
+    # every comparison of held-out fitness weighs the task's room against the
+    # arms' spread; training rows have none
+    assert (
+        comparisons.loc[comparisons["metric"] != "heldout_mean", "headroom"]
+        .isna()
+        .all()
+    )
+    for _, row in comparisons[comparisons["metric"] == "heldout_mean"].iterrows():
         both = cells[cells["cell"].isin([row["cell_a"], row["cell_b"]])]
         assert row["headroom"] == pytest.approx(both["headroom"].mean())
         spread = max(

@@ -143,7 +143,8 @@ def room_columns(table: Any, cells: Any) -> Any:
     """`table` (comparisons of cells `cell_a`/`a` against `cell_b`/`b`) with
     `headroom` (the two cells' mean headroom over their runs, fitness units),
     `spread` (the larger standard deviation between seeds of their held-out
-    means) and `little_room` (headroom < `ROOM_FACTOR` x spread)."""
+    means) and `little_room` (headroom < `ROOM_FACTOR` x spread), on its rows of
+    held-out fitness (all rows where the table has no `metric` column)."""
     if table.empty or "headroom" not in cells:
         return table
     table = table.copy()
@@ -158,6 +159,10 @@ def room_columns(table: Any, cells: Any) -> Any:
             for c in (x, y)
         ]
         spread.append(max((v for v in stds if math.isfinite(v)), default=math.nan))
+    if "metric" in table:  # the room is held-out fitness's: not the training rows'
+        held = (table["metric"] == "heldout_mean").to_numpy()
+        room = [r if h else math.nan for r, h in zip(room, held, strict=True)]
+        spread = [s if h else math.nan for s, h in zip(spread, held, strict=True)]
     table["headroom"] = room
     table["spread"] = spread
     table["little_room"] = [
