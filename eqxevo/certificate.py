@@ -160,9 +160,9 @@ class Certificate:
     @property
     def gap_in_learner_std(self) -> float:
         """(ceiling - floor) in standard deviations of the ceiling's per-lifetime
-        score."""
+        score (inf where the ceiling scores the same on every lifetime)."""
         ceiling = self.ceiling.result
-        return (ceiling.mean - self.floor.result.mean) / ceiling.std
+        return _in_std(ceiling.mean - self.floor.result.mean, ceiling.std)
 
     @property
     def learner(self) -> Entry | None:
@@ -183,26 +183,32 @@ class Certificate:
             "name": learner.name,
             "mean": r.mean,
             "headroom": (r.mean - floor) / span if span > 0 else math.nan,
-            "gap_in_std": (r.mean - floor) / r.std if r.std > 0 else math.nan,
+            "gap_in_std": _in_std(r.mean - floor, r.std),
         }
 
     def summary(self) -> dict[str, Any]:
-        """The certificate as plain values (certificate.json; no genome)."""
-        return {
-            "headroom": self.headroom,
-            "headroom_ci": [self.headroom_low, self.headroom_high],
-            "random": self.random.result.mean,
-            "floor": {"name": self.floor.name, "mean": self.floor.result.mean},
-            "ceiling": {"name": self.ceiling.name, "mean": self.ceiling.result.mean},
-            "gap_in_learner_std": self.gap_in_learner_std,
-            "learner": self.learner_record(),
-            "entries": [
-                {"name": e.name, "kind": e.kind, "evolved": e.evolved}
-                | e.result.summary()
-                for e in self.entries
-            ],
-            "provenance": self.provenance,
-        }
+        """The certificate as plain values (certificate.json; no genome; a
+        non-finite number as None)."""
+        return _json_numbers(
+            {
+                "headroom": self.headroom,
+                "headroom_ci": [self.headroom_low, self.headroom_high],
+                "random": self.random.result.mean,
+                "floor": {"name": self.floor.name, "mean": self.floor.result.mean},
+                "ceiling": {
+                    "name": self.ceiling.name,
+                    "mean": self.ceiling.result.mean,
+                },
+                "gap_in_learner_std": self.gap_in_learner_std,
+                "learner": self.learner_record(),
+                "entries": [
+                    {"name": e.name, "kind": e.kind, "evolved": e.evolved}
+                    | e.result.summary()
+                    for e in self.entries
+                ],
+                "provenance": self.provenance,
+            }
+        )
 
     def lines(self) -> list[str]:
         """The certificate in words, one policy a line, best first per kind."""
@@ -237,6 +243,24 @@ class Certificate:
                 "standard deviations of its score below it"
             )
         return out
+
+
+def _in_std(gap: float, std: float) -> float:
+    """`gap / std`; +-inf (or NaN for no gap) where `std` is 0."""
+    if std > 0:
+        return gap / std
+    return math.copysign(math.inf, gap) if gap else math.nan
+
+
+def _json_numbers(value: Any) -> Any:
+    """`value` with every non-finite float as None (JSON has neither)."""
+    if isinstance(value, dict):
+        return {k: _json_numbers(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_numbers(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def check_task(env: AbstractEnv, params: EnvParams, refs: Sequence[Reference]) -> None:

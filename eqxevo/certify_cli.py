@@ -155,11 +155,16 @@ def certify(
     if made is None:
         click.echo(f"cached certificate: {stored.path}")
         record = stored.record
+
+        def number(value: float | None) -> str:
+            return "undefined" if value is None else f"{value:.3f}"
+
+        low, high = record["headroom_ci"]
         click.echo(
-            f"headroom h = {record['headroom']:.3f} "
-            f"[{record['headroom_ci'][0]:.3f}, {record['headroom_ci'][1]:.3f}] "
-            f"(floor {record['floor']['name']}: {record['floor']['mean']:.6g}; "
-            f"ceiling {record['ceiling']['name']}: {record['ceiling']['mean']:.6g})"
+            f"headroom h = {number(record['headroom'])} [{number(low)}, "
+            f"{number(high)}] (floor {record['floor']['name']}: "
+            f"{record['floor']['mean']:.6g}; ceiling {record['ceiling']['name']}: "
+            f"{record['ceiling']['mean']:.6g})"
         )
         return
     for line in made.lines():

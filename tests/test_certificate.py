@@ -2,6 +2,7 @@
 interval, the cache, and the tasks a certificate refuses."""
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from jaxtyping import Array, Int
 
 from eqxevo.certificate import (
     CERTIFICATE_STREAM,
+    Certificate,
     CertificateError,
     Entry,
     SearchBudget,
@@ -242,3 +244,20 @@ def test_certify_caches_its_certificate_and_eval_normalises_against_it(
         runner.invoke(main, ["eval", str(tmp_path / "runs" / "r"), "--json"]).output
     )
     assert fields["certificate"]["headroom"] == pytest.approx(record["headroom"])
+
+
+def test_a_ceiling_without_spread_gives_an_infinite_gap_and_plain_json():
+    # CueReward's oracle answers every trial right: the same score every lifetime
+    entries = _entries(
+        {
+            "random": ("random", np.array([0.0, 2.0, -2.0])),
+            "constant": ("no_memory", np.array([0.0, 1.0, -1.0])),
+            "oracle": ("oracle", np.array([40.0, 40.0, 40.0])),
+        }
+    )
+    low, high, h = headroom_interval(entries, 200, seed=0)
+    cert = Certificate(tuple(entries), h, low, high, None, {})
+    assert cert.gap_in_learner_std == math.inf
+    record = cert.summary()
+    assert record["gap_in_learner_std"] is None and record["headroom"] == 1.0
+    json.dumps(record, allow_nan=False)

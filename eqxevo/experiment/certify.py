@@ -5,6 +5,7 @@ provenance (`eqxevo certify`; docs/environments.md, "Headroom certificates").
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -82,7 +83,9 @@ class Stored:
 
     @property
     def headroom(self) -> float:
-        return float(self.record["headroom"])
+        """h (NaN where it is undefined)."""
+        h = self.record["headroom"]
+        return math.nan if h is None else float(h)
 
     @property
     def floor(self) -> float:

@@ -78,9 +78,7 @@ class Evaluation:
             else {
                 "path": str(certificate.path),
                 "headroom": _number(certificate.headroom),
-                "headroom_ci": [
-                    _number(float(x)) for x in certificate.record["headroom_ci"]
-                ],
+                "headroom_ci": certificate.record["headroom_ci"],
             },
             "normalised": _number(scale.normalise(self.result.mean)),
             "below_no_memory": scale.below_floor(self.result.mean),
@@ -147,7 +145,7 @@ class Evaluation:
                 "makes one (the normalised score's 0 is then the certified "
                 "memoryless bound)"
             )
-        low, high = stored.record["headroom_ci"]
+        low, high = (math.nan if x is None else x for x in stored.record["headroom_ci"])
         return (
             f"headroom certificate: h = {stored.headroom:.3f} [{low:.3f}, {high:.3f}] "
             f"(95% CI; {stored.path})"
