@@ -140,7 +140,7 @@ def main() -> None:
 
     l4, l4_steps = LongHorizon(), 20_000
     (rate, _), l_score = tune(
-        lambda r, _: TasteLearnerAgent(r, 0.0, f_gain, f_speed),
+        lambda r, _: TasteLearnerAgent(r, 0.0, f_gain, f_speed, l4.digestion),
         l4,
         l4_steps,
         args.tune_seeds // 4,
@@ -158,7 +158,7 @@ def main() -> None:
         ),
         (
             f"taste learner (rate {rate:g})",
-            TasteLearnerAgent(rate, 0.0, f_gain, f_speed),
+            TasteLearnerAgent(rate, 0.0, f_gain, f_speed, l4.digestion),
         ),
     )
     for name, agent in l4_rows:
