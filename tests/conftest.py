@@ -17,6 +17,12 @@ import zlib
 _CACHE_MADE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
 if _CACHE_MADE:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="eqxevo-tests-")
+# Headroom certificates go to a folder of the session's own, never the user's
+# cache (`eqxevo certify`, `eqxevo eval` and run figures look them up); tests
+# that make certificates point this at their own folder.
+_CERTIFICATES_MADE = "EQXEVO_CERTIFICATES" not in os.environ
+if _CERTIFICATES_MADE:
+    os.environ["EQXEVO_CERTIFICATES"] = tempfile.mkdtemp(prefix="eqxevo-certs-")
 # Every program, not only those compiling for a second or more (JAX's default):
 # the suite's programs are small, compiled again in each module (caches are
 # cleared between modules, below) and in every CLI the tests start.
@@ -89,5 +95,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _CACHE_MADE and not hasattr(config, "workerinput"):  # not an xdist worker
+    if hasattr(config, "workerinput"):  # an xdist worker: the main process cleans
+        return
+    if _CACHE_MADE:
         shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+    if _CERTIFICATES_MADE:
+        shutil.rmtree(os.environ["EQXEVO_CERTIFICATES"], ignore_errors=True)

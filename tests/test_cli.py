@@ -358,7 +358,7 @@ def test_help_shows_toml_literals_ranges_and_every_option():
 def test_the_command_list_and_strategies_read_as_one_tool():
     text = CliRunner().invoke(main, ["--help"], terminal_width=80).output
     listed = text.split("Commands:\n")[1].splitlines()
-    names = ["bench", "eval", "plot", "resume", "run", "strategies", "study"]
+    names = ["bench", "certify", "eval", "plot", "resume", "run", "strategies", "study"]
     assert [line.split()[0] for line in listed] == names
     assert not any(line.endswith("...") for line in listed)  # nothing cut short
     study = CliRunner().invoke(main, ["study", "--help"], terminal_width=80).output
@@ -587,11 +587,15 @@ def test_eval_prints_what_heldout_evaluate_gives_and_the_runs_final_record(
     assert lines[1] == "reference agents on the same 6 lifetimes:"
     assert lines[2].startswith("  random (random) ")
     assert lines[3].startswith("  Braitenberg vehicle 2b (no_memory) ")
-    assert lines[4] == "normalised score: none (no learner or oracle reference here)"
+    assert lines[4].startswith("  told the source (oracle) ")
+    assert lines[5].startswith("normalised score: ")
+    assert "(0 = Braitenberg vehicle 2b, the best without memory; 1 = told" in lines[5]
+    assert lines[-1].startswith("no headroom certificate for this task: `eqxevo ")
     data = json.loads(_eval(evaluated_run, "--json").stdout)
     assert data["mean"] == direct.mean and data["ci_low"] == direct.ci_low
-    floor = max(r["mean"] for r in data["references"])
-    assert [r["kind"] for r in data["references"]] == ["random", "no_memory"]
+    floor = max(r["mean"] for r in data["references"] if r["kind"] == "no_memory")
+    kinds = [r["kind"] for r in data["references"]]
+    assert kinds == ["random", "no_memory", "oracle"] and data["certificate"] is None
     assert data["below_no_memory"] == (direct.mean < floor)
     flag = "warning: the genome scores below the best reference without memory ("
     assert (flag in result.stdout) == data["below_no_memory"]

@@ -53,24 +53,47 @@ def test_lifetime_ends_only_at_episode_length(key):
     assert list(np.asarray(done)) == [False] * 5 + [True]
 
 
+def _sitting_on_a(env, key, params, steps):
+    """Tastes, energies and the season's roles of a body that sits on A."""
+    _, state = env.reset(key, params)
+    patches = state.patches.at[1].set(jnp.full((M, 2), 0.8))  # B out of reach
+    patches = patches.at[0].set(jnp.full((M, 2), -0.8))
+    state = eqx.tree_at(
+        lambda s: (s.patches, s.position), state, (patches, patches[0, 0])
+    )
+    go = eqx.filter_jit(env.step)
+    tastes, energies, goods = [], [], []
+    for t in range(steps):
+        goods.append(int(state.good))  # the roles the step is eaten under
+        _, state, *_ = go(jr.fold_in(key, t), state, jnp.zeros(2, jnp.float32), params)
+        tastes.append(float(state.taste))
+        energies.append(float(state.energy))
+    return np.asarray(tastes), np.asarray(energies), goods
+
+
 def test_a_fixed_preference_is_punished_in_alternate_seasons(key):
     # Sitting on a patch of A nourishes in A's seasons and poisons in B's: the
     # taste signal flips sign with the season (what a learning agent exploits).
     params = LongHorizonParams(season_length=4, relocate_prob=0.0, episode_length=100)
-    _, state = reset(key, params)
-    patches = state.patches.at[1].set(jnp.full((M, 2), 0.8))  # B out of reach
-    patches = patches.at[0].set(jnp.full((M, 2), -0.8))
-    on_a = eqx.tree_at(
-        lambda s: (s.patches, s.position), state, (patches, patches[0, 0])
-    )
-    tastes, goods = [], []
-    for t in range(8):
-        goods.append(int(on_a.good))  # the roles the step is eaten under
-        _, on_a, *_ = step(jr.fold_in(key, t), on_a, jnp.zeros(2, jnp.float32), params)
-        tastes.append(float(on_a.taste))
+    tastes, _, goods = _sitting_on_a(LongHorizon(M, digestion=0), key, params, 8)
     for taste, good in zip(tastes, goods, strict=True):
         assert (taste > 0) == (good == 0) and taste != 0.0
     assert len(set(goods)) == 2
+
+
+def test_food_tastes_and_nourishes_digestion_steps_after_it_is_eaten(key):
+    # The same lifetime (same keys) digested at once and 3 steps later: the
+    # taste and the energy change of step t arrive at step t + 3.
+    params = LongHorizonParams(season_length=4, relocate_prob=0.0, episode_length=100)
+    at_once = _sitting_on_a(LongHorizon(M, digestion=0), key, params, 12)
+    later = _sitting_on_a(LongHorizon(M, digestion=3), key, params, 12)
+    np.testing.assert_array_equal(later[0][:3], 0.0)  # nothing digested yet
+    np.testing.assert_allclose(later[0][3:], at_once[0][:9], rtol=1e-6)
+    metabolic = float(params.metabolic_rate)
+    gained = np.diff(np.concatenate([[0.5], at_once[1]])) + metabolic
+    gained_later = np.diff(np.concatenate([[0.5], later[1]])) + metabolic
+    np.testing.assert_allclose(gained_later[3:], gained[:9], atol=1e-6)
+    assert later[2] == at_once[2]  # the seasons do not care
 
 
 def test_l4_lifetime_runs_twenty_thousand_steps(key):

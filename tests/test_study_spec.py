@@ -237,7 +237,13 @@ EXAMPLE_ARMS = {
     "bandit_plasticity_gpu": (BANDIT, 100),
     "maze_memory": ({"gru": 1620, "plastic-ff": 1605, "ff": 1604}, 15),
     "l4_memory": ({"rnn": 402, "plastic-ff": 399, "ff": 398}, 9),
+    # a demonstration of each rule on a task, not a comparison: not matched
+    "plastic_rules": (
+        {"spiking-backpropamine": 298, "abcd": 804, "abcd-random": 676, "gru": 338},
+        12,
+    ),
 }
+UNMATCHED = {"plastic_rules"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
@@ -250,6 +256,8 @@ def test_example_studies_load_and_match_the_evolvable_parameter_count(path):
         arm: build_run(run).built.strategy.num_params for arm, run in first.items()
     }
     assert counts == want
+    if path.stem in UNMATCHED:
+        return
     base = counts[next(iter(study.arms))]
     matched = {a: n for a, n in counts.items() if a != "rnn"}
     assert all(abs(n - base) <= 0.05 * base for n in matched.values())
