@@ -238,7 +238,7 @@ class Certificate:
         learner = self.learner_record()
         if learner is not None and learner["name"] != self.ceiling.name:
             out.append(
-                f"against the best learner ({learner['name']}, told nothing): h = "
+                f"against the best learner ({learner['name']}): h = "
                 f"{learner['headroom']:.3f}, the bound {learner['gap_in_std']:.2f} "
                 "standard deviations of its score below it"
             )
