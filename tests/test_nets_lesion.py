@@ -107,3 +107,54 @@ def test_a_lesion_with_nothing_to_act_on_is_refused(make, what, message, key):
         lesion(make(key), what)
     with pytest.raises(ValueError, match="lesion must be one of 'plasticity'"):
         lesion(make(key), "weights")
+
+
+def test_eval_lesion_plasticity_takes_the_hand_wired_learners_advantage(tmp_path):
+    """`eqxevo eval --lesion plasticity` on a run whose saved genome is the
+    hand-wired plastic MLP: intact it beats win-stay lose-shift (the best without
+    memory) on the run's held-out lifetimes by more than 5; lesioned its advantage
+    is gone (what is left is that reflex: within 1 of it)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from eqxevo.cli import main
+    from eqxevo.experiment.rundir import RunDir, sha256
+
+    pytest.importorskip("eqxevo.envs.gymnax")
+    task = [
+        "env.name=gymnax:BernoulliBandit-misc",
+        "net.name=mlp",
+        "net.options.width=4",
+        "net.options.depth=1",
+        "net.options.plasticity={ layers = [1] }",
+        "strategy.population_size=8",
+        "run.generations=1",
+        "run.lifetime=100",
+        "run.reset_on_done=false",
+        "run.eval_episodes=256",
+    ]
+    args = [a for item in task for a in ("--set", item)]
+    runner = CliRunner()
+    ran = runner.invoke(
+        main, ["run", *args, "--out", str(tmp_path), "--name", "r", "--quiet"]
+    )
+    assert ran.exit_code == 0, ran.output
+    run = RunDir(tmp_path / "r")
+    run.save_genome("best", hand_wired_bandit_learner())  # the learner in its place
+    summary = run.read_summary()
+    summary["checksums"]["best_genome.eqx"] = sha256(run.path / "best_genome.eqx")
+    run.write_summary(summary)
+
+    def scored(*extra):
+        result = runner.invoke(main, ["eval", str(run.path), "--json", *extra])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        floor = max(r["mean"] for r in data["references"] if r["kind"] == "no_memory")
+        return data["mean"], floor, data["lesion"]
+
+    intact, floor, lesion_name = scored()
+    cut, same_floor, cut_name = scored("--lesion", "plasticity")
+    assert (lesion_name, cut_name) == (None, "plasticity")
+    assert same_floor == floor  # the references are not lesioned
+    assert intact - floor > 5.0 and abs(cut - floor) < 1.0, (intact, floor, cut)
