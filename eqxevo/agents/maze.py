@@ -129,6 +129,20 @@ class AbstractMazeAgent(AbstractPolicy):
     obs_size: int = eqx.field(static=True)
     action_size: int = eqx.field(static=True)
 
+    def _told(
+        self,
+        env_map: Any,
+        obs_center: tuple[float, ...] | None,
+        obs_scale: tuple[float, ...] | None,
+    ) -> np.ndarray:
+        """Set up an agent that reads the privileged observation (its sizes and
+        observation map); the maze's layout (`_check_layout`)."""
+        self.obs_center, self.obs_scale = observation_map(
+            obs_center, obs_scale, OBS_SIZE, "MetaMaze-misc"
+        )
+        self.obs_size, self.action_size = OBS_SIZE + 4, 4
+        return _check_layout(env_map)
+
     def read(self, obs: Observation) -> MazeObservation:
         """The observation in the environment's own units."""
         center = jnp.asarray(self.obs_center, jnp.float32)
@@ -208,11 +222,7 @@ class MazeOracleAgent(AbstractMazeAgent, AbstractStatelessPolicy):
         obs_center: tuple[float, ...] | None = None,
         obs_scale: tuple[float, ...] | None = None,
     ):
-        self.obs_center, self.obs_scale = observation_map(
-            obs_center, obs_scale, OBS_SIZE, "MetaMaze-misc"
-        )
-        self.obs_size, self.action_size = OBS_SIZE + 4, 4
-        layout = _check_layout(env_map)
+        layout = self._told(env_map, obs_center, obs_scale)
         self.columns = layout.shape[1]
         self.move = jnp.asarray(_tables(layout)[2])
 
@@ -267,11 +277,7 @@ class MazeExploreExploitAgent(AbstractMazeAgent):
         obs_center: tuple[float, ...] | None = None,
         obs_scale: tuple[float, ...] | None = None,
     ):
-        self.obs_center, self.obs_scale = observation_map(
-            obs_center, obs_scale, OBS_SIZE, "MetaMaze-misc"
-        )
-        self.obs_size, self.action_size = OBS_SIZE + 4, 4
-        layout = _check_layout(env_map)
+        layout = self._told(env_map, obs_center, obs_scale)
         self.columns = layout.shape[1]
         after, steps, move = _tables(layout)
         self.walkable = jnp.asarray(layout.ravel())
