@@ -502,17 +502,17 @@ def headroom_interval(
 
 
 def versions() -> dict[str, str]:
-    """The versions a certificate was made with."""
-    import equinox
-    import evosax
+    """The versions a certificate was made with (evosax has no `__version__`:
+    the installed distributions' metadata is the one source for all of them)."""
+    from importlib.metadata import version
 
     from . import __version__
 
     return {
         "eqxevo": __version__,
-        "jax": jax.__version__,
-        "equinox": equinox.__version__,
-        "evosax": getattr(evosax, "__version__", "unknown"),
+        "jax": version("jax"),
+        "equinox": version("equinox"),
+        "evosax": version("evosax"),
         "python": platform.python_version(),
     }
 

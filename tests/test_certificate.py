@@ -4,6 +4,7 @@ interval, the cache, and the tasks a certificate refuses."""
 import json
 import math
 import re
+from importlib import metadata
 from pathlib import Path
 
 import equinox as eqx
@@ -93,6 +94,8 @@ def test_a_certificate_scores_references_and_the_search_on_the_same_lifetimes():
         {"algorithm": "snes", "params": {"std_init": 0.3}}
     ]
     assert record["provenance"]["task"]["lifetime"] == H
+    # every library's version is recorded (evosax has no __version__)
+    assert record["provenance"]["versions"]["evosax"] == metadata.version("evosax")
     json.dumps(record)  # plain values only
 
 
