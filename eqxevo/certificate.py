@@ -6,7 +6,7 @@ import dataclasses
 import datetime
 import math
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import equinox as eqx
@@ -14,83 +14,27 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+from scipy import stats
 
 from ._checks import positive_int
 from ._types import Genome, PRNGKey
 from .envs.base import AbstractEnv, EnvParams
 from .evaluate import EvalSettings
-from .evolve import Chunk, evolve
-from .heldout import HeldOut, heldout_evaluate, heldout_genomes
-from .nets.mlp import MLPPolicy
+from .heldout import HeldOut, heldout_evaluate
+from .memoryless_search import (
+    DEFAULT_BUDGET,
+    LATE_P,
+    STILL_IMPROVING,
+    Progress,
+    SearchBudget,
+    search_memoryless,
+)
 from .references import Reference, Scored, references, score_references
 from .rollout import LifetimeFitness
-from .runs import take
-from .strategy import Strategy
 
 CERTIFICATE_STREAM = 0x43455254
 """`fold_in` data of a certificate's held-out lifetimes ("CERT"): its search
 never sees them."""
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchSetting:
-    """One search setting of the memoryless network: an algorithm (any name
-    `eqxevo.Strategy` takes) and `[strategy.params]` overrides."""
-
-    algorithm: str
-    params: tuple[tuple[str, float], ...] = ()
-
-    @property
-    def label(self) -> str:
-        """`snes std_init=0.1`: the setting in words."""
-        shown = " ".join(f"{k}={v:g}" for k, v in self.params)
-        return f"{self.algorithm} {shown}".strip()
-
-
-DEFAULT_SETTINGS = (
-    SearchSetting("snes", (("std_init", 0.1),)),
-    SearchSetting("snes", (("std_init", 0.5),)),
-    SearchSetting("pgpe"),
-    SearchSetting("sep_cma_es", (("std_init", 0.3),)),
-)
-"""The search settings a certificate tries by default: SNES with a small and a
-large initial step, PGPE and Sep-CMA-ES (the shipped presets)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchBudget:
-    """How hard a certificate searches for the best memoryless policy: an MLP of
-    the current observation (`MLPPolicy(width, depth)`), evolved with every
-    setting for `seeds` seeds of `generations` generations of `population_size`
-    genomes, each living `lifetimes` lifetimes per evaluation."""
-
-    population_size: int = 128
-    generations: int = 200
-    seeds: int = 2
-    lifetimes: int = 2
-    width: int = 32
-    depth: int = 2
-    settings: tuple[SearchSetting, ...] = DEFAULT_SETTINGS
-
-    def __post_init__(self) -> None:
-        for name in ("population_size", "generations", "seeds", "lifetimes", "width"):
-            positive_int(name, getattr(self, name))
-        if not isinstance(self.depth, int) or self.depth < 0:
-            raise ValueError(f"depth must be an int >= 0; got {self.depth!r}")
-        if not self.settings:
-            raise ValueError("settings must name at least one search setting")
-
-    def as_record(self) -> dict[str, Any]:
-        """The budget as plain values (a certificate's provenance)."""
-        record = dataclasses.asdict(self)
-        record["settings"] = [
-            {"algorithm": s.algorithm, "params": dict(s.params)} for s in self.settings
-        ]
-        return record
-
-
-DEFAULT_BUDGET = SearchBudget()
-"""The default search: 4 settings x 2 seeds x 200 generations of 128 MLPs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,12 +47,15 @@ class Entry:
         result: its held-out evaluation (per-lifetime values in `result.values`).
         evolved: True for a searched memoryless network, False for a declared
             reference.
+        early: a searched network taken when three quarters of the search's
+            generations had run (`memoryless_search.Candidate`).
     """
 
     name: str
     kind: str
     result: HeldOut
     evolved: bool = False
+    early: bool = False
 
 
 class CertificateError(ValueError):
@@ -135,6 +82,44 @@ class Certificate:
     headroom_high: float
     memoryless_genome: Genome | None
     provenance: dict[str, Any]
+
+    @property
+    def early_floor(self) -> Entry | None:
+        """The bound without the search's last quarter: the best memoryless
+        policy that is not a network taken at the end (None where there is
+        none)."""
+        pool = [
+            e
+            for e in self.entries
+            if e.kind == "no_memory" and not (e.evolved and not e.early)
+        ]
+        return max(pool, key=lambda e: e.result.mean) if pool else None
+
+    def late_rise(self) -> tuple[float, float]:
+        """`(gain, p)`: how much the search's last quarter of generations raised
+        the bound on the held-out lifetimes (`floor` minus `early_floor`), and
+        the one-sided p-value of the paired t-test over lifetimes; `(0, 1)` where
+        the bound did not move, NaNs where there is no `early_floor`."""
+        early, floor = self.early_floor, self.floor
+        if early is None:
+            return math.nan, math.nan
+        if early is floor:
+            return 0.0, 1.0
+        diff = floor.result.values - early.result.values
+        gain = float(diff.mean())
+        if np.ptp(diff) == 0:  # no spread: t is undefined
+            return gain, 0.0 if gain > 0 else 1.0
+        test: Any = stats.ttest_1samp(diff, 0.0, alternative="greater")
+        return gain, float(test.pvalue)
+
+    @property
+    def still_improving(self) -> bool:
+        """The search's last quarter raised the bound by more than
+        `STILL_IMPROVING` x (ceiling - random), with p below `LATE_P`: more
+        generations may raise it further (the bound may be low, h high)."""
+        gain, p = self.late_rise()
+        span = self.ceiling.result.mean - self.random.result.mean
+        return bool(gain > STILL_IMPROVING * span and p < LATE_P)  # False for NaN
 
     def best(self, kinds: Sequence[str]) -> Entry:
         """The entry of `kinds` with the highest held-out mean."""
@@ -189,6 +174,7 @@ class Certificate:
     def summary(self) -> dict[str, Any]:
         """The certificate as plain values (certificate.json; no genome; a
         non-finite number as None)."""
+        early = self.early_floor
         return _json_numbers(
             {
                 "headroom": self.headroom,
@@ -207,6 +193,9 @@ class Certificate:
                     for e in self.entries
                 ],
                 "provenance": self.provenance,
+                "late_rise": dict(zip(("gain", "p"), self.late_rise(), strict=True))
+                | {"from": None if early is None else early.name},
+                "still_improving": self.still_improving,
             }
         )
 
@@ -241,6 +230,16 @@ class Certificate:
                 f"against the best learner ({learner['name']}): h = "
                 f"{learner['headroom']:.3f}, the bound {learner['gap_in_std']:.2f} "
                 "standard deviations of its score below it"
+            )
+        if self.still_improving:
+            gain, p = self.late_rise()
+            early = self.early_floor
+            assert early is not None  # still_improving needs it
+            out.append(
+                "the memoryless search was still improving when its budget ran "
+                f"out: its last quarter raised the bound by {gain:.4g} (p = {p:.2g}; "
+                f"from {early.name}): it may be low and h high; certify again "
+                "with more --generations"
             )
         return out
 
@@ -291,68 +290,6 @@ def check_task(env: AbstractEnv, params: EnvParams, refs: Sequence[Reference]) -
             "(eqxevo.references.references): a certificate needs one to measure "
             "headroom against"
         )
-
-
-Progress = Callable[[str], None]
-
-
-def search_memoryless(
-    key: PRNGKey,
-    env: AbstractEnv,
-    params: EnvParams,
-    num_steps: int,
-    budget: SearchBudget,
-    *,
-    reset_on_done: bool = True,
-    settings: EvalSettings | None = None,
-    progress: Progress | None = None,
-) -> list[tuple[str, Genome, Any]]:
-    """Evolve memoryless MLPs (`budget`) on the task; `(name, genome, filter_spec)`
-    for every seed's best-so-far and (where the algorithm has one) final mean."""
-    settings = settings or EvalSettings()
-    fitness = LifetimeFitness(
-        env, params, num_steps, reset_on_done, lifetimes=budget.lifetimes
-    )
-    candidates = []
-    for i, setting in enumerate(budget.settings):
-        net_key, run_key = jr.split(jr.fold_in(key, i))
-        mlp = MLPPolicy(
-            env.obs_size, env.action_size, budget.width, budget.depth, key=net_key
-        )
-        strategy = Strategy(
-            setting.algorithm,
-            mlp,
-            budget.population_size,
-            maximize=True,
-            params=dict(setting.params) or None,
-        )
-
-        def report(chunk: Chunk, label: str = setting.label) -> None:
-            if progress is not None:
-                best = float(np.max(chunk.best_fitness))
-                progress(
-                    f"memoryless search {label}: generation {chunk.generation}/"
-                    f"{chunk.num_generations}, best training fitness {best:.6g}"
-                )
-
-        result = evolve(
-            run_key,
-            strategy,
-            fitness,
-            num_generations=budget.generations,
-            num_seeds=budget.seeds,
-            callback=report,
-            chunk_seconds=5.0,  # progress every few seconds; results unchanged
-            mesh=settings.mesh,
-            batch_size=settings.batch_size,
-        )
-        for seed in range(budget.seeds):
-            genomes = heldout_genomes(strategy, take(result.state, seed))
-            for which, genome in genomes.items():
-                if genome is not None:
-                    name = f"evolved MLP ({setting.label}, seed {seed}, {which})"
-                    candidates.append((name, genome, strategy.filter_spec))
-    return candidates
 
 
 def certify(
@@ -420,17 +357,19 @@ def certify(
             settings=settings,
             progress=progress,
         )
-        for name, genome, filter_spec in found:
+        for found_one in found:
             result = heldout_evaluate(
                 held_key,
                 fitness,
-                genome,
+                found_one.genome,
                 num_episodes,
-                filter_spec=filter_spec,
+                filter_spec=found_one.filter_spec,
                 settings=settings,
             )
-            entries.append(Entry(name, "no_memory", result, evolved=True))
-            genomes[name] = genome
+            entries.append(
+                Entry(found_one.name, "no_memory", result, True, found_one.early)
+            )
+            genomes[found_one.name] = found_one.genome
     usable = [e for e in entries if e.result.num_nonfinite == 0]
     if not any(e.kind == "no_memory" for e in usable):
         raise CertificateError(
@@ -470,8 +409,6 @@ def headroom_interval(
     """`(low, high, h)`: the headroom of `entries` and its 95% percentile
     bootstrap interval, lifetimes resampled with every policy together (the
     maxima taken inside each resample)."""
-    from scipy import stats
-
     kinds = [e.kind for e in entries]
     values = [np.asarray(e.result.values, np.float64) for e in entries]
     floor = np.array([k == "no_memory" for k in kinds])
@@ -530,16 +467,11 @@ def _plain(params: Any) -> Any:
 
 __all__ = [
     "CERTIFICATE_STREAM",
-    "DEFAULT_BUDGET",
-    "DEFAULT_SETTINGS",
     "Certificate",
     "CertificateError",
     "Entry",
-    "SearchBudget",
-    "SearchSetting",
     "certify",
     "check_task",
     "headroom_interval",
-    "search_memoryless",
     "versions",
 ]

@@ -104,10 +104,11 @@ def certify(
     from .interrupts import StopRequest
 
     with StopRequest(lambda: "certificate not made: nothing written"):
-        from .certificate import DEFAULT_BUDGET, CertificateError
+        from .certificate import CertificateError
         from .experiment.certify import certify_experiment
         from .experiment.rundir import RunDirError
         from .lock import LockedError
+        from .memoryless_search import DEFAULT_BUDGET
 
         path = None if config is None else Path(config)
         if path is not None and path.is_dir():

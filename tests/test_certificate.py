@@ -14,14 +14,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from jaxtyping import Array, Int
+from scipy import stats
 
 from eqxevo.certificate import (
     CERTIFICATE_STREAM,
     Certificate,
     CertificateError,
     Entry,
-    SearchBudget,
-    SearchSetting,
     certify,
     headroom_interval,
 )
@@ -29,14 +28,19 @@ from eqxevo.cli import main
 from eqxevo.envs import IndependentBandit
 from eqxevo.envs.base import AbstractEnv
 from eqxevo.envs.params import AbstractParams, count
-from eqxevo.heldout import summarize
+from eqxevo.evolve import evolve
+from eqxevo.heldout import heldout_genomes, summarize
+from eqxevo.memoryless_search import SearchBudget, SearchSetting, search_memoryless
+from eqxevo.nets.mlp import MLPPolicy
 from eqxevo.references import references, score_references
 from eqxevo.rollout import LifetimeFitness
+from eqxevo.runs import take
+from eqxevo.strategy import Strategy
 
 H = 20
 TINY = SearchBudget(
     population_size=8,
-    generations=2,
+    generations=4,  # the last quarter is generation 4: candidates at 3 and 4
     seeds=1,
     lifetimes=1,
     width=4,
@@ -57,9 +61,11 @@ def test_a_certificate_scores_references_and_the_search_on_the_same_lifetimes():
     refs = references(env, params)
     names = [e.name for e in cert.entries]
     assert names[: len(refs)] == [r.name for r in refs]
-    assert [e.name for e in cert.entries if e.evolved] == [
-        "evolved MLP (snes std_init=0.3, seed 0, mean)",
-        "evolved MLP (snes std_init=0.3, seed 0, best)",
+    assert [(e.name, e.early) for e in cert.entries if e.evolved] == [
+        ("evolved MLP (snes std_init=0.3, seed 0, mean, generation 3)", True),
+        ("evolved MLP (snes std_init=0.3, seed 0, best, generation 3)", True),
+        ("evolved MLP (snes std_init=0.3, seed 0, mean)", False),
+        ("evolved MLP (snes std_init=0.3, seed 0, best)", False),
     ]
     held = jr.fold_in(jr.split(key)[1], CERTIFICATE_STREAM)
     again = score_references(held, LifetimeFitness(env, params, H), refs, 64)
@@ -94,6 +100,13 @@ def test_a_certificate_scores_references_and_the_search_on_the_same_lifetimes():
         {"algorithm": "snes", "params": {"std_init": 0.3}}
     ]
     assert record["provenance"]["task"]["lifetime"] == H
+    # how much the last quarter raised the bound, from which policy
+    early = cert.early_floor
+    assert early is not None and not (early.evolved and not early.early)
+    assert record["late_rise"]["from"] == early.name
+    gain = cert.floor.result.mean - early.result.mean
+    assert record["late_rise"]["gain"] == pytest.approx(gain, abs=1e-9)
+    assert record["still_improving"] == cert.still_improving
     # every library's version is recorded (evosax has no __version__)
     assert record["provenance"]["versions"]["evosax"] == metadata.version("evosax")
     json.dumps(record)  # plain values only
@@ -141,6 +154,84 @@ def test_the_headroom_interval_is_a_paired_percentile_bootstrap():
     }
     low, high, h = headroom_interval(_entries(flat), 200, seed=0)
     assert low == pytest.approx(0.75) and high == pytest.approx(0.75) and h == 0.75
+
+
+def test_the_search_in_two_stages_is_one_evolve_run():
+    # the candidates at three quarters come from the same search, not a second
+    env = IndependentBandit(2)
+    params = env.default_params()
+    params = eqx.tree_at(lambda p: p.episode_length, params, jnp.int32(H))
+    key = jr.key(5)
+    found = search_memoryless(key, env, params, H, TINY)
+    net_key, run_key = jr.split(jr.fold_in(key, 0))
+    mlp = MLPPolicy(env.obs_size, env.action_size, 4, 1, key=net_key)
+    strategy = Strategy("snes", mlp, 8, maximize=True, params={"std_init": 0.3})
+    fitness = LifetimeFitness(env, params, H, lifetimes=1)
+    state = evolve(run_key, strategy, fitness, num_generations=4, num_seeds=1).state
+    final = heldout_genomes(strategy, take(state, 0))
+    by_name = {c.name: c.genome for c in found}
+    for which in ("mean", "best"):
+        got = by_name[f"evolved MLP (snes std_init=0.3, seed 0, {which})"]
+        assert eqx.tree_equal(got, final[which])
+
+
+def _cert(values: dict[str, tuple[str, np.ndarray]], early: set[str] = frozenset()):
+    entries = tuple(
+        Entry(n, k, summarize(v), n.startswith("net"), n in early)
+        for n, (k, v) in values.items()
+    )
+    return Certificate(entries, 0.6, 0.6, 0.6, None, {})
+
+
+def test_the_last_quarters_rise_of_the_bound_is_a_paired_test():
+    rng = np.random.default_rng(0)
+    n = 64
+    luck = rng.normal(0, 10, n)  # shared by every policy on a lifetime
+    base = {
+        "random": ("random", luck),
+        "reflex": ("no_memory", 40 + luck + rng.normal(0, 1, n)),
+        "learner": ("learner", 100 + luck),
+    }
+    # the final network beats the early one by 5 (of a span of 100): a rise
+    rising = base | {
+        "net early": ("no_memory", 45 + luck + rng.normal(0, 1, n)),
+        "net end": ("no_memory", 50 + luck + rng.normal(0, 1, n)),
+    }
+    cert = _cert(rising, {"net early"})
+    assert cert.early_floor.name == "net early" and cert.floor.name == "net end"
+    gain, p = cert.late_rise()
+    diff = cert.floor.result.values - cert.early_floor.result.values
+    assert gain == pytest.approx(diff.mean())
+    assert p == pytest.approx(stats.ttest_rel(diff, np.zeros(n)).pvalue / 2)
+    assert cert.still_improving
+    line = cert.lines()[-1]
+    assert "still improving when its budget ran out" in line and "net early" in line
+    assert cert.summary()["late_rise"]["from"] == "net early"
+    # a rise of 1 (1% of the span) is a plateau; so is a bound the end did not set
+    flat = base | {
+        "net early": ("no_memory", 45 + luck + rng.normal(0, 1, n)),
+        "net end": ("no_memory", 46 + luck + rng.normal(0, 1, n)),
+    }
+    assert not _cert(flat, {"net early"}).still_improving
+    held = base | {"net end": ("no_memory", 30 + luck)}
+    assert _cert(held).late_rise() == (0.0, 1.0)  # the reflex is the bound
+    # a rise of 5 that noise explains is not a rise
+    noisy = base | {
+        "net early": ("no_memory", 45 + rng.normal(0, 40, n)),
+        "net end": ("no_memory", 50 + rng.normal(0, 40, n)),
+    }
+    assert _cert(noisy, {"net early"}).late_rise()[1] > 0.01
+    assert not _cert(noisy, {"net early"}).still_improving
+    # nothing to compare with: only the end's networks are memoryless
+    alone = {k: v for k, v in rising.items() if k not in ("reflex", "net early")}
+    assert all(map(math.isnan, _cert(alone).late_rise()))
+    assert not _cert(alone).still_improving
+    assert cert.summary()["still_improving"] is True
+    assert _cert(alone).summary()["late_rise"] == {
+        "gain": None,
+        "p": None,
+        "from": None,
+    }
 
 
 class Steps(AbstractParams):

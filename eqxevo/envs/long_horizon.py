@@ -1,4 +1,4 @@
-"""L4 long horizon: a lifetime of seasons whose rules change, so learning pays.
+"""L4 long horizon: a lifetime of seasons whose rules change.
 
 See docs/environments.md ("L4: LongHorizon") for the model.
 """
@@ -26,9 +26,10 @@ NUM_RESOURCES = 2
 """Two resource types, A and B: in every season one nourishes, the other harms."""
 
 DIGESTION = 20
-"""Steps from eating to tasting and being nourished (or harmed), by default: by
-then a body has left the patch it ate from, so what a type is worth cannot be
-read from the current observation (docs/environments.md, "L4: LongHorizon")."""
+"""Steps from eating to tasting and being nourished (or harmed), by default. It
+was meant to hide what a type is worth from the current observation; a
+memoryless network still reads it (docs/environments.md, "What the L4
+certificate found")."""
 
 
 class LongHorizonParams(AbstractFeedingParams):
@@ -101,9 +102,10 @@ class LongHorizon(AbstractFeedingEnv):
 
     Nothing in the observation says which type nourishes, and food is digested
     `digestion` steps after it is eaten: only then does its taste show and its
-    energy count. By then the body has moved on, so what a type is worth this
-    season cannot be read from the current observation: a policy that remembers
-    what it ate and learns from its taste beats any policy without memory.
+    energy count. What a type is worth this season was meant to be unreadable
+    from the current observation. Measured, it is not: a memoryless MLP evolved
+    long enough beats the taste learner (docs/environments.md, "What the L4
+    certificate found").
 
     Arguments:
         patches_per_resource: patches of each of the two types (>= 1).

@@ -16,15 +16,10 @@ import jax.random as jr
 
 from .. import config as config_module
 from .._types import Genome
-from ..certificate import (
-    Certificate,
-    CertificateError,
-    SearchBudget,
-    certify,
-    versions,
-)
+from ..certificate import Certificate, CertificateError, certify, versions
 from ..config import Experiment
 from ..lock import WriterLock
+from ..memoryless_search import SearchBudget
 from ..nets.mlp import MLPPolicy
 from ..plots import ReferenceBand
 from .build import Built, build

@@ -146,10 +146,16 @@ class Evaluation:
                 "memoryless bound)"
             )
         low, high = (math.nan if x is None else x for x in stored.record["headroom_ci"])
-        return (
+        line = (
             f"headroom certificate: h = {stored.headroom:.3f} [{low:.3f}, {high:.3f}] "
             f"(95% CI; {stored.path})"
         )
+        if stored.record.get("still_improving"):
+            line += (
+                "; its memoryless search was still improving when its budget ran "
+                "out: the bound may be low, h high"
+            )
+        return line
 
 
 def _number(value: float) -> float | None:
