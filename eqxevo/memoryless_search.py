@@ -131,8 +131,8 @@ def search_memoryless(
     Returns:
         Every run's (setting's and seed's) best-so-far and, where the algorithm
         has one, mean genome: at the end, and (`early`) when three quarters of
-        the generations had run (none with fewer than 4 generations). The two
-        stages are one search: `evolve` goes on from the first stage's state.
+        the generations had run (none with fewer than 4 generations), taken
+        from the same run by its callback.
     """
     settings = settings or EvalSettings()
     fitness = LifetimeFitness(
@@ -140,7 +140,6 @@ def search_memoryless(
     )
     total = budget.generations
     first = total - total // 4
-    stages = [(first, True), (total, False)] if first < total else [(total, False)]
     candidates = []
     for i, setting in enumerate(budget.settings):
         net_key, run_key = jr.split(jr.fold_in(key, i))
@@ -155,7 +154,13 @@ def search_memoryless(
             params=dict(setting.params) or None,
         )
 
-        def report(chunk: Chunk, label: str = setting.label) -> None:
+        snapshots: dict[int, Any] = {}
+
+        def report(
+            chunk: Chunk, label: str = setting.label, snapshots: dict = snapshots
+        ) -> None:
+            if chunk.generation == first < total:
+                snapshots[first] = chunk.state  # the early candidates' state
             if progress is not None:
                 best = float(np.max(chunk.best_fitness))
                 progress(
@@ -163,21 +168,22 @@ def search_memoryless(
                     f"{total}, best training fitness {best:.6g}"
                 )
 
-        state, done = None, 0
-        for stop, early in stages:
-            state = evolve(
-                run_key,
-                strategy,
-                fitness,
-                num_generations=stop - done,
-                num_seeds=budget.seeds,
-                callback=report,
-                state=state,
-                chunk_seconds=5.0,  # progress every few seconds; results unchanged
-                mesh=settings.mesh,
-                batch_size=settings.batch_size,
-            ).state
-            done = stop
+        # One run; its chunks also end at three quarters (`align`), where the
+        # callback keeps the state: results do not depend on the chunks.
+        snapshots[total] = evolve(
+            run_key,
+            strategy,
+            fitness,
+            num_generations=total,
+            num_seeds=budget.seeds,
+            callback=report,
+            chunk_seconds=5.0,  # progress every few seconds; results unchanged
+            align=first,
+            mesh=settings.mesh,
+            batch_size=settings.batch_size,
+        ).state
+        for stop, state in sorted(snapshots.items()):
+            early = stop < total
             at = f", generation {stop}" if early else ""
             for seed in range(budget.seeds):
                 genomes = heldout_genomes(strategy, take(state, seed))

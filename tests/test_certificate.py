@@ -156,8 +156,8 @@ def test_the_headroom_interval_is_a_paired_percentile_bootstrap():
     assert low == pytest.approx(0.75) and high == pytest.approx(0.75) and h == 0.75
 
 
-def test_the_search_in_two_stages_is_one_evolve_run():
-    # the candidates at three quarters come from the same search, not a second
+def test_the_early_candidates_are_the_same_runs_state_at_three_quarters():
+    # one run, no second search: its genomes at generation 3 of 4 and at 4
     env = IndependentBandit(2)
     params = env.default_params()
     params = eqx.tree_at(lambda p: p.episode_length, params, jnp.int32(H))
@@ -167,12 +167,14 @@ def test_the_search_in_two_stages_is_one_evolve_run():
     mlp = MLPPolicy(env.obs_size, env.action_size, 4, 1, key=net_key)
     strategy = Strategy("snes", mlp, 8, maximize=True, params={"std_init": 0.3})
     fitness = LifetimeFitness(env, params, H, lifetimes=1)
-    state = evolve(run_key, strategy, fitness, num_generations=4, num_seeds=1).state
-    final = heldout_genomes(strategy, take(state, 0))
-    by_name = {c.name: c.genome for c in found}
-    for which in ("mean", "best"):
-        got = by_name[f"evolved MLP (snes std_init=0.3, seed 0, {which})"]
-        assert eqx.tree_equal(got, final[which])
+    by_name = {c.name: c for c in found}
+    for stop, at in ((3, ", generation 3"), (4, "")):
+        state = evolve(run_key, strategy, fitness, num_generations=stop, num_seeds=1)
+        want = heldout_genomes(strategy, take(state.state, 0))
+        for which in ("mean", "best"):
+            got = by_name[f"evolved MLP (snes std_init=0.3, seed 0, {which}{at})"]
+            assert got.early == (stop == 3)
+            assert eqx.tree_equal(got.genome, want[which])
 
 
 def _cert(values: dict[str, tuple[str, np.ndarray]], early: set[str] = frozenset()):
