@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from scipy import stats
 
 from ._checks import positive_int
 from ._types import Genome, PRNGKey
@@ -109,6 +108,8 @@ class Certificate:
         gain = float(diff.mean())
         if np.ptp(diff) == 0:  # no spread: t is undefined
             return gain, 0.0 if gain > 0 else 1.0
+        from scipy import stats  # heavy: not at the CLI's import time
+
         test: Any = stats.ttest_1samp(diff, 0.0, alternative="greater")
         return gain, float(test.pvalue)
 
@@ -409,6 +410,8 @@ def headroom_interval(
     """`(low, high, h)`: the headroom of `entries` and its 95% percentile
     bootstrap interval, lifetimes resampled with every policy together (the
     maxima taken inside each resample)."""
+    from scipy import stats  # heavy: not at the CLI's import time
+
     kinds = [e.kind for e in entries]
     values = [np.asarray(e.result.values, np.float64) for e in entries]
     floor = np.array([k == "no_memory" for k in kinds])
