@@ -149,14 +149,16 @@ def _foraging(env: Foraging, params: EnvParams) -> tuple[Reference, ...]:
 @references.register(LongHorizon)
 def _long_horizon(env: LongHorizon, params: EnvParams) -> tuple[Reference, ...]:
     del params
-    # A TasteLearnerAgent that never learns is a fixed reflex: toward A (belief
-    # +1), or undecided (0). Toward B is A's mirror image (the first season's
-    # roles are a fair coin).
+    # A TasteLearnerAgent that never learns and ignores seasons (flip 1) is a
+    # fixed reflex: toward A (belief +1), or undecided (0). Toward B is A's
+    # mirror image (the first season's roles are a fair coin).
     d = env.digestion
+    toward_a = TasteLearnerAgent(0.0, 1.0, flip=1.0)
+    undecided = TasteLearnerAgent(0.0, 0.0, flip=1.0)
     return (
         _random(env),
-        Reference("fixed reflex toward A", "no_memory", TasteLearnerAgent(0.0, 1.0)),
-        Reference("undecided fixed reflex", "no_memory", TasteLearnerAgent(0.0, 0.0)),
+        Reference("fixed reflex toward A", "no_memory", toward_a),
+        Reference("undecided fixed reflex", "no_memory", undecided),
         Reference("reactive taste", "no_memory", ReactiveTasteAgent()),
         Reference("taste learner", "learner", TasteLearnerAgent(digestion=d)),
         Reference("told the season", "oracle", SeasonOracleAgent(), privileged=True),

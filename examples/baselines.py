@@ -6,9 +6,10 @@
 For each environment (default params): the random agent, and the hand-coded
 agent (Braitenberg on L0, the homeostatic forager on L2) with its two
 parameters (gain, base speed) tuned on a grid over `--tune-seeds` lifetimes
-(key 0). On L4 the taste-learning forager (gain and base speed of the L2
-forager) has its learning rate tuned likewise, and is compared with the same
-agent without learning (a fixed reflex for resource A). Every agent is then
+(key 0). On L4 the oracle told the season has its gain and base speed tuned
+likewise; with them, the taste learner has its learning rate and jump tuned,
+and the reactive taste reflex its taste gain and stay; they are compared with
+the same steering without learning (a fixed reflex for resource A). Every agent is then
 scored on `--seeds` other lifetimes (key 1; `--l4-seeds` on L4): mean +- std
 over lifetimes of the fitness (total reward) and of the mean reward per step.
 The tuned parameters are the agents' defaults.
@@ -28,9 +29,11 @@ from eqxevo.agents import (
     BraitenbergAgent,
     ForagerAgent,
     RandomAgent,
+    ReactiveTasteAgent,
+    SeasonOracleAgent,
     TasteLearnerAgent,
 )
-from eqxevo.envs import Chemotaxis, Foraging, LongHorizon
+from eqxevo.envs import Chemotaxis, Foraging, LongHorizon, privileged
 
 
 @eqx.filter_jit
@@ -139,30 +142,57 @@ def main() -> None:
     )
 
     l4, l4_steps = LongHorizon(), 20_000
-    (rate, _), l_score = tune(
-        lambda r, _: TasteLearnerAgent(r, 0.0, f_gain, f_speed, l4.digestion),
+    told, l4_tune = privileged(l4), args.tune_seeds // 4
+    (o_gain, o_speed), o_score = tune(
+        lambda g, s: SeasonOracleAgent(g, s),
+        told,
+        l4_steps,
+        l4_tune,
+        gains=(4.0, 8.0, 16.0, 32.0),
+        speeds=(0.3, 0.6, 1.0),
+    )
+    print(f"\nL4 oracle tuned: gain={o_gain}, base_speed={o_speed} ({o_score:.4f})")
+    (rate, jump), l_score = tune(
+        lambda r, j: TasteLearnerAgent(r, 0.0, o_gain, o_speed, l4.digestion, jump=j),
         l4,
         l4_steps,
-        args.tune_seeds // 4,
-        gains=(0.5, 2.0, 8.0),
-        speeds=(0.0,),
+        l4_tune,
+        gains=(0.02, 0.05, 0.1, 0.2),
+        speeds=(0.5, 1.0, 2.0),
     )
-    print(f"\nL4 taste learner tuned: learning_rate={rate} ({l_score:.3f}/step)")
-    print("\n| env | agent | fitness | reward per step | deaths |")
-    print("|---|---|---|---|---|")
+    print(f"L4 taste learner tuned: learning_rate={rate}, jump={jump} ({l_score:.4f})")
+    (taste_gain, stay), r_score = tune(
+        lambda t, s: ReactiveTasteAgent(t, s, o_gain, o_speed),
+        l4,
+        l4_steps,
+        l4_tune,
+        gains=(0.5, 1.0, 1.5, 2.0, 4.0, 20.0),
+        speeds=(0.0, 0.5, 1.0),
+    )
+    print(f"L4 reactive tuned: taste_gain={taste_gain}, stay={stay} ({r_score:.4f})")
+    print("\n| env | agent | fitness | reward per step |")
+    print("|---|---|---|---|")
     l4_rows = (
-        ("random", RandomAgent(6)),
+        ("random", RandomAgent(l4.obs_size), l4),
         (
             "fixed reflex for A (no learning)",
-            TasteLearnerAgent(0.0, 1.0, f_gain, f_speed),
+            TasteLearnerAgent(0.0, 1.0, o_gain, o_speed, flip=1.0),
+            l4,
         ),
         (
-            f"taste learner (rate {rate:g})",
-            TasteLearnerAgent(rate, 0.0, f_gain, f_speed, l4.digestion),
+            f"reactive taste (gain {taste_gain:g}, stay {stay:g})",
+            ReactiveTasteAgent(taste_gain, stay, o_gain, o_speed),
+            l4,
         ),
+        (
+            f"taste learner (rate {rate:g}, jump {jump:g})",
+            TasteLearnerAgent(rate, 0.0, o_gain, o_speed, l4.digestion, jump=jump),
+            l4,
+        ),
+        ("told the season", SeasonOracleAgent(o_gain, o_speed), told),
     )
-    for name, agent in l4_rows:
-        report(name, "L4, T=20000", agent, l4, l4_steps, args.l4_seeds)
+    for name, agent, env in l4_rows:
+        report(name, "L4, T=20000", agent, env, l4_steps, args.l4_seeds)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Runs the L4 example's plastic network (examples/l4_long_horizon.toml) for one
 lifetime of `--steps` steps, for the initial genome and genomes drawn around it
 (SNES's first population), under a reward-modulation setting, and prints the
 fraction of plastic weights at the +-2 bound (time-averaged over the lifetime,
-and at its end), the mean |m| and the deaths. With `--runs`, the best genomes
+and at its end) and the mean |m|. With `--runs`, the best genomes
 of finished runs instead (a study's plastic arm, say), each in its own run's
 environment. docs/studies.md has the tables.
 
@@ -45,18 +45,16 @@ def lifetime(policy, env, params, key, steps, every=100):
             jr.fold_in(run_key, t), env_state, action, params
         )
         state = policy.reinforce(reward, state)
-        return (obs, env_state, state), (
-            jnp.abs(state.plastic.modulation),
-            info["died"],
-        )
+        del info
+        return (obs, env_state, state), jnp.abs(state.plastic.modulation)
 
     def block(carry, t0):
-        carry, (m, died) = jax.lax.scan(step, carry, t0 + jnp.arange(every))
-        return carry, (at_bound(carry[2]), m.mean(), died.sum())
+        carry, m = jax.lax.scan(step, carry, t0 + jnp.arange(every))
+        return carry, (at_bound(carry[2]), m.mean())
 
     carry = (obs, env_state, state)
-    carry, (fraction, m, died) = jax.lax.scan(block, carry, jnp.arange(0, steps, every))
-    return fraction.mean(), fraction[-1], m.mean(), died.sum()
+    carry, (fraction, m) = jax.lax.scan(block, carry, jnp.arange(0, steps, every))
+    return fraction.mean(), fraction[-1], m.mean()
 
 
 def main() -> None:
@@ -123,16 +121,13 @@ def report(built, genomes, names, steps, batched) -> None:
         )
     )
     keys = jr.split(jr.key(2), len(names))
-    fraction, final, m, died = jax.device_get(run(evolvable, keys))
+    fraction, final, m = jax.device_get(run(evolvable, keys))
     eta = jax.device_get(genomes.rule.learning_rate)
-    print(
-        "  genome      eta  at bound (mean over lifetime)  at bound (end)  "
-        "mean |m|  deaths"
-    )
+    print("  genome      eta  at bound (mean over lifetime)  at bound (end)  mean |m|")
     for i, name in enumerate(names):
         print(
             f"{name:>8}  {eta[i]:+7.3f}  {fraction[i]:30.2f}  {final[i]:14.2f}  "
-            f"{m[i]:8.3f}  {int(died[i]):6d}"
+            f"{m[i]:8.3f}"
         )
 
 

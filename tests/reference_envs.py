@@ -309,8 +309,8 @@ def long_horizon_step(s, action, p, noise):
         digested, gut = gut[0], np.append(gut[1:], np.float32(gained))
     else:
         digested = gained
-    energy = min(max(s["energy"] + digested - p["metabolic_rate"], 0.0), 1.0)
     taste = min(max(p["taste_gain"] * digested, -1.0), 1.0)
+    taste += p["taste_noise"] * noise["taste"]
     time = int(s["time"]) + 1
     patches = s["patches"].copy()
     spread = p["patch_spread"] * p["arena_half"]
@@ -322,20 +322,11 @@ def long_horizon_step(s, action, p, noise):
                 if noise["relocate"][k, j] < p["relocate_prob"]:
                     patches[k, j] = noise["patches"][k, j] * spread
                     amounts[k, j] = 1.0
-    dead = energy <= 0.0
-    balance = _homeostasis([energy], p["setpoint"])
-    reward = -p["death_penalty"] if dead else balance
-    if dead:
-        position = noise["rebirth"][:2] * spread
-        heading = noise["rebirth"][2] * math.pi
-        energy = p["initial_energy"]
-        gut = np.zeros_like(gut)
     fields = _fields_at_sensors(position, heading, patches, amounts, p, noise["sensor"])
-    obs = np.concatenate([fields, [energy - p["setpoint"], taste]])
+    obs = np.concatenate([fields, [taste]])
     state = {
         "position": position,
         "heading": heading,
-        "energy": energy,
         "patches": patches,
         "amounts": amounts,
         "good": good,
@@ -343,10 +334,5 @@ def long_horizon_step(s, action, p, noise):
         "time": time,
         "gut": gut,
     }
-    info = {
-        "homeostasis": balance,
-        "died": dead,
-        "nourishing_intake": nourishing,
-        "harmful_intake": harmful,
-    }
-    return obs, state, reward, time >= p["episode_length"], info
+    info = {"nourishing_intake": nourishing, "harmful_intake": harmful}
+    return obs, state, digested, time >= p["episode_length"], info

@@ -64,28 +64,48 @@ def test_bad_sizes_raise(make):
 
 def test_taste_learner_credits_the_taste_to_the_nearer_resource():
     agent = TasteLearnerAgent(learning_rate=0.5)
-    near_a = jnp.array([-0.5, -0.5, -3.0, -3.0, 0.0, 0.0])
+    near_a = jnp.array([-0.5, -0.5, -3.0, -3.0, 0.0])
     for taste, sign in ((1.0, 1.0), (-1.0, -1.0)):
-        _, state = agent(near_a.at[5].set(taste), agent.initial_state(jr.key(0)))
+        _, state = agent(near_a.at[4].set(taste), agent.initial_state(jr.key(0)))
         assert float(state.belief) * sign > 0.1
     # No learning: the belief (a fixed reflex) never moves.
     fixed = TasteLearnerAgent(learning_rate=0.0, initial_belief=1.0)
-    _, state = fixed(near_a.at[5].set(-1.0), fixed.initial_state(jr.key(0)))
+    _, state = fixed(near_a.at[4].set(-1.0), fixed.initial_state(jr.key(0)))
     assert float(state.belief) == 1.0
 
 
 def test_a_digesting_taste_learner_credits_where_it_was_when_it_ate():
-    # Food tastes 2 steps after it is eaten: the taste now is that of where the
-    # agent was 2 steps ago (near A), not where it is (near B).
-    agent = TasteLearnerAgent(learning_rate=0.5, digestion=2)
-    near_a = jnp.array([-0.5, -0.5, -3.0, -3.0, 0.0, 0.0])
-    near_b = jnp.array([-3.0, -3.0, -0.5, -0.5, 0.0, 0.0])
+    # Food tastes 5 steps after it is eaten: the taste now is that of where the
+    # agent was 5 steps ago (near A), not where it is (near B).
+    agent = TasteLearnerAgent(learning_rate=0.5, digestion=5)
+    near_a = jnp.array([-0.5, -0.5, -3.0, -3.0, 0.0])
+    near_b = jnp.array([-3.0, -3.0, -0.5, -0.5, 0.0])
     state = agent.initial_state(jr.key(0))
-    for obs in (near_a, near_b):  # eats A, then walks to B, nothing tasted yet
-        _, state = agent(obs, state)
+    for w in range(5):  # eats A, walks slowly (no jump) to B: nothing tasted
+        _, state = agent(near_a + (w / 5) * (near_b - near_a), state)
         assert float(state.belief) == 0.0
-    _, state = agent(near_b.at[5].set(1.0), state)  # A's taste arrives
+    _, state = agent(near_b.at[4].set(1.0), state)  # A's taste arrives
     assert float(state.belief) > 0.1
+
+
+def test_a_new_season_flips_the_belief_and_what_it_ate():
+    # A relocation (a reading jumps by more than `jump`) ends a season: with
+    # flip = -1 the belief and the remembered meals change sign, so a taste of
+    # last season's A credits B now; flip = 1 ignores the jump.
+    near_a = jnp.array([-0.5, -0.5, -3.0, -3.0, 0.0])
+    jumped = near_a.at[0].set(-2.0)
+    for flip, sign in ((-1.0, -1.0), (1.0, 1.0)):
+        agent = TasteLearnerAgent(learning_rate=0.5, digestion=1, flip=flip)
+        state = agent.initial_state(jr.key(0))
+        _, state = agent(near_a, state)  # eats near A, believes nothing yet
+        _, state = agent(near_a.at[4].set(1.0), state)  # A tasted good
+        assert float(state.belief) > 0.1
+        _, state = agent(jumped, state)  # the patches moved
+        assert float(state.belief) * sign > 0.1
+    # The first step sees no jump whatever it reads.
+    agent = TasteLearnerAgent(initial_belief=1.0)
+    _, state = agent(near_a, agent.initial_state(jr.key(0)))
+    assert float(state.belief) == 1.0
 
 
 @eqx.filter_jit
@@ -119,8 +139,10 @@ def test_lifetime_learning_pays_on_long_horizon(key):
     params = LongHorizonParams(season_length=600)
     taste_learner = TasteLearnerAgent(digestion=env.digestion)
     learner = mean_fitness(taste_learner, env, key, 3000, 8, params)
-    fixed = mean_fitness(TasteLearnerAgent(0.0, 1.0), env, key, 3000, 8, params)
-    assert float(learner) > float(fixed) + 0.1 * 3000
+    fixed = TasteLearnerAgent(0.0, 1.0, flip=1.0)  # toward A, whatever the season
+    fixed = mean_fitness(fixed, env, key, 3000, 8, params)
+    # 0.025 per step at most (eat_rate * nutrition at a patch's centre).
+    assert float(learner) > float(fixed) + 0.25 * 0.025 * 3000
 
 
 # -- the bandit agents against NumPy ------------------------------------------------

@@ -66,7 +66,7 @@ def test_shared_fields_are_declared_once_in_the_bases():
     assert list(body)[:8] == list(feeding)[:8] == list(LongHorizonParams.specs())[:8]
     assert body["length_scale"].default == 0.5  # L0's gradient
     assert feeding["length_scale"].default == 0.3  # a subclass may re-declare it
-    assert feeding["setpoint"] is LongHorizonParams.specs()["setpoint"]
+    assert feeding["nutrition"] is LongHorizonParams.specs()["nutrition"]
 
 
 @pytest.mark.parametrize(("env_name", "name"), FIELDS)

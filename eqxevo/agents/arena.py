@@ -118,18 +118,26 @@ class ForagerAgent(AbstractSteeringAgent):
 
 
 def _taste_steering(
-    obs: Observation, belief: Float[Array, ""], gain: Array, base_speed: Array
+    obs: Observation,
+    belief: Float[Array, ""],
+    gain: Array,
+    base_speed: Array,
 ) -> Action:
     """`LongHorizon` steering given a belief in [-1, 1] that A nourishes (+1) or
-    B does (-1): toward what nourishes while hungry (away when full), always
-    away from what harms, less strongly, so an undecided agent (0) explores both."""
-    a_left, a_right, b_left, b_right, energy = obs[:5]
-    need = -energy  # energy relative to the setpoint: > 0 is hungry
-    good, bad = need / jnp.maximum(jnp.abs(need), _EPS), -0.5
-    weight_a = 0.5 * (1 + belief) * good + 0.5 * (1 - belief) * bad
-    weight_b = 0.5 * (1 - belief) * good + 0.5 * (1 + belief) * bad
+    B does (-1): toward what nourishes, away from what harms, less strongly, so
+    an undecided agent (0) goes to whichever patch is nearer. Steered hard
+    and slowly, it circles on a patch and eats."""
+    a_left, a_right, b_left, b_right = obs[:4]
+    weight_a = 0.5 * (1 + belief) - 0.25 * (1 - belief)
+    weight_b = 0.5 * (1 - belief) - 0.25 * (1 + belief)
     steer = gain * (weight_a * (a_right - a_left) + weight_b * (b_right - b_left))
     return _motors(base_speed, 0.5 * steer)
+
+
+def _closer_to_a(obs: Observation) -> Float[Array, ""]:
+    """How much closer to A than to B: tanh of the mean log readings' difference."""
+    a_left, a_right, b_left, b_right = obs[:4]
+    return jnp.tanh(0.5 * (a_left + a_right) - 0.5 * (b_left + b_right))
 
 
 class TasteMemory(eqx.Module):
@@ -139,10 +147,12 @@ class TasteMemory(eqx.Module):
         belief: in [-1, 1]: +1 A nourishes, -1 B does.
         recent: which resource it was closer to on each of the last `digestion`
             steps (oldest first): what a taste now is the taste of.
+        readings: the last step's field readings (to see the patches move).
     """
 
     belief: Float[Array, ""]
     recent: Float[Array, " digestion"]
+    readings: Float[Array, "4"]
 
 
 class TasteLearnerAgent(AbstractPolicy):
@@ -152,97 +162,120 @@ class TasteLearnerAgent(AbstractPolicy):
     does). Food tastes `digestion` steps after it is eaten, so the agent also
     remembers where it was on each of the last `digestion` steps: `a_t =
     tanh(mean log reading of A - that of B)`, how much closer to A than to B. It
-    credits the taste to where it was when it ate:
-    `b <- clip(b + learning_rate * taste * a_{t - digestion}, -1, 1)`. It steers
-    like `ForagerAgent`: toward the resource it believes nourishing while its
-    energy is below the setpoint, away from it above, and always away from the
-    other, weighting the two contrasts by the belief.
+    credits the taste to where it was when it ate, adding up noisy tastes:
+    `b <- clip(b + learning_rate * taste * a_{t - digestion}, -1, 1)`. When a
+    field reading jumps by more than `jump` in one step (the patches relocated:
+    a season ended), the belief and what it remembers of where it ate are
+    multiplied by `flip` (-1: the roles swap at every season, L4's default;
+    0: start again; 1: ignore seasons). It steers toward the resource it
+    believes nourishing and away from the other, weighting the two contrasts by
+    the belief.
 
     Arguments:
         learning_rate: belief change per unit of taste (0: no learning; the
             default is the best of a grid on L4, see `examples/baselines.py`).
         initial_belief: belief at birth (+1: A nourishes; 0: undecided).
-        gain: steering gain (default: the L2 forager's).
-        base_speed: forward command, in [-1, 1] (default: the L2 forager's).
+        gain: steering gain.
+        base_speed: forward command, in [-1, 1].
         digestion: the environment's `digestion` (steps from eating to taste).
+        flip: what a new season does to the belief (see above).
+        jump: the change of a log reading in one step taken for a relocation
+            (a body at full speed changes its readings by at most about 0.03).
     """
 
     learning_rate: Float[Array, ""]
     initial_belief: Float[Array, ""]
     gain: Float[Array, ""]
     base_speed: Float[Array, ""]
+    flip: Float[Array, ""]
+    jump: Float[Array, ""]
     digestion: int = eqx.field(static=True)
-    obs_size: int = eqx.field(static=True, default=6)  # LongHorizon's
+    obs_size: int = eqx.field(static=True, default=5)  # LongHorizon's
     action_size: int = eqx.field(static=True, default=2)
 
     def __init__(
         self,
-        learning_rate: float | int = 0.5,
+        learning_rate: float | int = 0.02,
         initial_belief: float | int = 0.0,
-        gain: float | int = 4.0,
-        base_speed: float | int = 1.0,
+        gain: float | int = 16.0,
+        base_speed: float | int = 0.6,
         digestion: int = 0,
+        flip: float | int = -1.0,
+        jump: float | int = 0.5,
     ):
         self.learning_rate = jnp.asarray(learning_rate, jnp.float32)
         self.initial_belief = jnp.asarray(initial_belief, jnp.float32)
         self.gain = jnp.asarray(gain, jnp.float32)
         self.base_speed = jnp.asarray(base_speed, jnp.float32)
+        self.flip = jnp.asarray(flip, jnp.float32)
+        self.jump = jnp.asarray(jump, jnp.float32)
         self.digestion = int_at_least("digestion", digestion, 0)
 
     def initial_state(self, key: PRNGKey) -> TasteMemory:
         del key
+        recent = jnp.zeros((self.digestion,), jnp.float32)
+        # NaN readings: the first step sees no jump (NaN compares false).
         return TasteMemory(
-            self.initial_belief, jnp.zeros((self.digestion,), jnp.float32)
+            self.initial_belief, recent, jnp.full((4,), jnp.nan, jnp.float32)
         )
 
     def __call__(
         self, obs: Observation, state: TasteMemory
     ) -> tuple[Action, TasteMemory]:
-        a_left, a_right, b_left, b_right, _, taste = obs
-        closer_to_a = jnp.tanh(0.5 * (a_left + a_right) - 0.5 * (b_left + b_right))
+        taste, readings = obs[4], obs[:4]
+        moved = jnp.max(jnp.abs(readings - state.readings)) > self.jump
+        scale = jnp.where(moved, self.flip, 1.0)
+        belief, remembered = scale * state.belief, scale * state.recent
+        closer_to_a = _closer_to_a(obs)
         if self.digestion:
-            eaten_at = state.recent[0]
-            recent = jnp.concatenate([state.recent[1:], closer_to_a[None]])
+            eaten_at = remembered[0]
+            recent = jnp.concatenate([remembered[1:], closer_to_a[None]])
         else:
-            eaten_at, recent = closer_to_a, state.recent
+            eaten_at, recent = closer_to_a, remembered
         update = self.learning_rate * taste * eaten_at
-        belief = jnp.clip(state.belief + update, -1.0, 1.0)
+        belief = jnp.clip(belief + update, -1.0, 1.0)
         action = _taste_steering(obs, belief, self.gain, self.base_speed)
-        return action, TasteMemory(belief, recent)
+        return action, TasteMemory(belief, recent, readings)
 
 
 class ReactiveTasteAgent(AbstractStatelessPolicy):
-    """`TasteLearnerAgent`'s steering with a belief from this step's taste alone:
-    `b = clip(taste_gain * taste * a_t, -1, 1)` (see there), remembering nothing,
-    so it flees what tastes bad while it tastes it. A memoryless reference of
-    `LongHorizon`: the best of them where taste comes at once (`digestion=0`).
+    """`TasteLearnerAgent`'s steering with a belief from this step alone, stay or
+    flee: `b = clip(a_t * (stay + taste_gain * taste), -1, 1)` (`a_t` as there),
+    remembering nothing. With `stay > 0` it keeps to the type it is nearer
+    until a taste below `-stay / taste_gain` sends it to the other; with
+    `stay = 0` it flees what tastes bad while it tastes it. A memoryless
+    reference of `LongHorizon`.
 
     Arguments:
         taste_gain: belief per unit of taste.
+        stay: belief in the nearer type before tasting (0: none).
         gain, base_speed: as `TasteLearnerAgent`'s.
     """
 
     taste_gain: Float[Array, ""]
+    stay: Float[Array, ""]
     gain: Float[Array, ""]
     base_speed: Float[Array, ""]
-    obs_size: int = eqx.field(static=True, default=6)
+    obs_size: int = eqx.field(static=True, default=5)
     action_size: int = eqx.field(static=True, default=2)
 
     def __init__(
         self,
-        taste_gain: float | int = 20.0,
-        gain: float | int = 4.0,
-        base_speed: float | int = 1.0,
+        taste_gain: float | int = 1.5,
+        stay: float | int = 1.0,
+        gain: float | int = 16.0,
+        base_speed: float | int = 0.6,
     ):
         self.taste_gain = jnp.asarray(taste_gain, jnp.float32)
+        self.stay = jnp.asarray(stay, jnp.float32)
         self.gain = jnp.asarray(gain, jnp.float32)
         self.base_speed = jnp.asarray(base_speed, jnp.float32)
 
     def __call__(self, obs: Observation, state: None) -> tuple[Action, None]:
-        a_left, a_right, b_left, b_right, _, taste = obs
-        closer_to_a = jnp.tanh(0.5 * (a_left + a_right) - 0.5 * (b_left + b_right))
-        belief = jnp.clip(self.taste_gain * taste * closer_to_a, -1.0, 1.0)
-        return _taste_steering(obs, belief, self.gain, self.base_speed), state
+        belief = _closer_to_a(obs) * (self.stay + self.taste_gain * obs[4])
+        belief = jnp.clip(belief, -1.0, 1.0)
+        action = _taste_steering(obs, belief, self.gain, self.base_speed)
+        return action, state
 
 
 class SeasonOracleAgent(AbstractStatelessPolicy):
@@ -256,15 +289,20 @@ class SeasonOracleAgent(AbstractStatelessPolicy):
 
     gain: Float[Array, ""]
     base_speed: Float[Array, ""]
-    obs_size: int = eqx.field(static=True, default=7)
+    obs_size: int = eqx.field(static=True, default=6)
     action_size: int = eqx.field(static=True, default=2)
 
-    def __init__(self, gain: float | int = 4.0, base_speed: float | int = 1.0):
+    def __init__(
+        self,
+        gain: float | int = 16.0,
+        base_speed: float | int = 0.6,
+    ):
         self.gain = jnp.asarray(gain, jnp.float32)
         self.base_speed = jnp.asarray(base_speed, jnp.float32)
 
     def __call__(self, obs: Observation, state: None) -> tuple[Action, None]:
-        return _taste_steering(obs, obs[6], self.gain, self.base_speed), state
+        action = _taste_steering(obs, obs[5], self.gain, self.base_speed)
+        return action, state
 
 
 def _go_to(

@@ -30,7 +30,7 @@ from .params import count, fraction, non_negative, param, positive
 
 
 class AbstractFeedingParams(AbstractArenaParams):
-    """Patches, feeding and homeostasis: what `Foraging` and `LongHorizon` share.
+    """Patches and feeding: what `Foraging` and `LongHorizon` share.
 
     Arguments (keyword only; rates per step): the arena and body of
     `AbstractArenaParams` (`length_scale` is the fields'), plus
@@ -38,11 +38,8 @@ class AbstractFeedingParams(AbstractArenaParams):
             arena_half`.
         eat_radius: length scale of consumption around a patch.
         eat_rate: fraction of a patch eaten per step at its centre.
-        nutrition: reserve gained per unit of (nourishing) resource eaten.
+        nutrition: energy gained per unit of (nourishing) resource eaten.
         regrowth_rate: fraction of a patch's deficit regrown per step.
-        metabolic_rate: reserve spent per step.
-        setpoint: the reserves' ideal level.
-        death_penalty: subtracted from the reward on the step a reserve empties.
     """
 
     length_scale: Float[Array, ""] = positive(0.3)
@@ -51,23 +48,26 @@ class AbstractFeedingParams(AbstractArenaParams):
     eat_rate: Float[Array, ""] = fraction(0.05)
     nutrition: Float[Array, ""] = non_negative(0.5)
     regrowth_rate: Float[Array, ""] = fraction(0.002)
-    metabolic_rate: Float[Array, ""] = non_negative(0.001)
-    setpoint: Float[Array, ""] = param(
-        0.5, low=0.0, high=1.0, low_open=True, high_open=True
-    )
-    death_penalty: Float[Array, ""] = param(100.0)
 
 
 class ForagingParams(AbstractFeedingParams):
     """Parameters of `Foraging`: every field is a scalar array (vmappable).
 
     Arguments (keyword only): those of `AbstractFeedingParams`, plus
+        metabolic_rate: reserve spent per step.
+        setpoint: the reserves' ideal level.
+        death_penalty: subtracted from the reward on the step a reserve empties.
         initial_reserve: every reserve's level at birth.
         episode_length: steps before the world resets.
 
     Each field's default and range is declared below.
     """
 
+    metabolic_rate: Float[Array, ""] = non_negative(0.001)
+    setpoint: Float[Array, ""] = param(
+        0.5, low=0.0, high=1.0, low_open=True, high_open=True
+    )
+    death_penalty: Float[Array, ""] = param(100.0)
     initial_reserve: Float[Array, ""] = param(0.5, low=0.0, high=1.0, low_open=True)
     episode_length: Int[Array, ""] = count(5000)
 

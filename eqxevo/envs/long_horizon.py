@@ -3,8 +3,6 @@
 See docs/environments.md ("L4: LongHorizon") for the model.
 """
 
-import math
-
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
@@ -16,30 +14,32 @@ from .foraging import (
     AbstractFeedingEnv,
     AbstractFeedingParams,
     AbstractFeedingState,
-    homeostasis,
     layout,
     move_and_eat,
 )
-from .params import count, fraction, non_negative, param
+from .params import count, fraction, non_negative, positive
 
 NUM_RESOURCES = 2
 """Two resource types, A and B: in every season one nourishes, the other harms."""
 
-DIGESTION = 20
-"""Steps from eating to tasting and being nourished (or harmed), by default. It
-was meant to hide what a type is worth from the current observation; a
-memoryless network still reads it (docs/environments.md, "What the L4
-certificate found")."""
+DIGESTION = 100
+"""Steps from eating to tasting and being nourished (or harmed), by default:
+longer than it takes to cross from one type's patch to the other's, so a taste
+is often the taste of a patch the body has left."""
 
 
 class LongHorizonParams(AbstractFeedingParams):
     """Parameters of `LongHorizon`; every field is a scalar array (vmappable).
 
     Arguments (keyword only): those of `AbstractFeedingParams` (`nutrition` is
-    the nourishing type's, `setpoint` the energy's), plus
+    the nourishing type's energy per unit eaten), plus
+        eat_radius: as there, 0.15 by default (0.08 there).
+        regrowth_rate: as there, but 1 by default: patches never deplete, so
+            the fields show where patches are, never what was eaten from them.
         toxicity: energy lost per unit eaten of the harmful type.
-        initial_energy: energy at birth and rebirth.
         taste_gain: scale of the taste signal.
+        taste_noise: standard deviation of the Gaussian noise added to the
+            taste on every step.
         season_length: steps per season.
         swap_prob: probability that the types swap roles at a season boundary.
         relocate_prob: probability that a patch relocates at a season boundary.
@@ -48,10 +48,12 @@ class LongHorizonParams(AbstractFeedingParams):
     Each field's default and range is declared below.
     """
 
+    eat_radius: Float[Array, ""] = positive(0.15)
+    regrowth_rate: Float[Array, ""] = fraction(1.0)
     toxicity: Float[Array, ""] = non_negative(0.5)
-    initial_energy: Float[Array, ""] = param(0.5, low=0.0, high=1.0, low_open=True)
     taste_gain: Float[Array, ""] = non_negative(40.0)
-    season_length: Int[Array, ""] = count(2000)
+    taste_noise: Float[Array, ""] = non_negative(4.0)
+    season_length: Int[Array, ""] = count(500)
     swap_prob: Float[Array, ""] = fraction(1.0)
     relocate_prob: Float[Array, ""] = fraction(1.0)
     episode_length: Int[Array, ""] = count(20000)
@@ -62,13 +64,13 @@ class LongHorizonState(AbstractFeedingState):
 
     Attributes:
         good: which resource type nourishes this season (0 is A, 1 is B).
-        taste: the last step's taste signal (part of the observation).
-        time: steps since the lifetime began (deaths do not reset it).
+        taste: this step's taste signal, noise included (the observation's
+            last entry).
+        time: steps since the lifetime began.
         gut: the net energy of the food eaten on each of the last `digestion`
             steps, oldest first (empty without digestion).
     """
 
-    energy: Float[Array, ""]
     patches: Float[Array, "2 m 2"]
     amounts: Float[Array, "2 m"]
     good: Int[Array, ""]
@@ -81,37 +83,41 @@ class LongHorizonNoise(eqx.Module):
     """The random draws of one `LongHorizon` step.
 
     Attributes:
-        sensor: standard normal sensor noise.
+        sensor: standard normal noise of the four field readings.
+        taste: standard normal noise of the taste.
         swap, relocate: uniform [0, 1) draws compared with `swap_prob` and
             `relocate_prob` at a season boundary.
         patches: uniform [-1, 1) positions of relocated patches (scaled by the
             patch spread).
-        rebirth: uniform [-1, 1) position and heading (scaled by the spread and
-            by pi) of a body reborn this step.
     """
 
     sensor: Float[Array, "4"]
+    taste: Float[Array, ""]
     swap: Float[Array, ""]
     relocate: Float[Array, "2 m"]
     patches: Float[Array, "2 m 2"]
-    rebirth: Float[Array, "3"]
+
+
+def _normals(key: PRNGKey) -> tuple[Float[Array, "4"], Float[Array, ""]]:
+    """The field readings' and the taste's noise, from one draw."""
+    z = jr.normal(key, (2 * NUM_RESOURCES + 1,), jnp.float32)
+    return z[:-1], z[-1]
 
 
 class LongHorizon(AbstractFeedingEnv):
     """L4 long horizon: which of two resources nourishes changes with the seasons.
 
-    Nothing in the observation says which type nourishes, and food is digested
-    `digestion` steps after it is eaten: only then does its taste show and its
-    energy count. What a type is worth this season was meant to be unreadable
-    from the current observation. Measured, it is not: a memoryless MLP evolved
-    long enough beats the taste learner (docs/environments.md, "What the L4
-    certificate found").
+    Nothing in the observation says which type nourishes. Food is digested
+    `digestion` steps after it is eaten: only then does its taste show, noisy,
+    and its energy count as reward. Patches never deplete, so the fields show
+    where they are, not what was eaten. A policy that remembers nothing cannot
+    tell which type its taste is the taste of, nor add up noisy tastes; a
+    learner can (docs/environments.md, "L4: LongHorizon", with its certificate).
 
     Arguments:
         patches_per_resource: patches of each of the two types (>= 1).
         digestion: steps from eating to tasting and being nourished or harmed
-            (>= 0; 0: at once, the L4 of eqxevo 0.1, where a reflex reading the
-            taste came within 10% of the learner).
+            (>= 0; 0: at once).
         traced_param_checks: also check traced params in `reset` (see
             docs/environments.md, "Params"; off by default).
 
@@ -123,8 +129,8 @@ class LongHorizon(AbstractFeedingEnv):
 
     patches_per_resource: int = eqx.field(static=True)
     digestion: int = eqx.field(static=True)
-    # Fields A and B at both sensors, energy, taste.
-    obs_size: int = eqx.field(static=True, default=2 * NUM_RESOURCES + 2)
+    # Fields A and B at both sensors, taste.
+    obs_size: int = eqx.field(static=True, default=2 * NUM_RESOURCES + 1)
     action_size: int = eqx.field(static=True, default=2)
     field_names: tuple[str, ...] = eqx.field(
         static=True, default=("resource A", "resource B")
@@ -148,8 +154,9 @@ class LongHorizon(AbstractFeedingEnv):
 
     def internal(
         self, state: LongHorizonState, params: LongHorizonParams
-    ) -> Float[Array, "2"]:
-        return jnp.stack([state.energy - params.setpoint, state.taste])
+    ) -> Float[Array, "1"]:
+        del params
+        return state.taste[None]
 
     def reset(
         self, key: PRNGKey, params: LongHorizonParams
@@ -159,34 +166,34 @@ class LongHorizon(AbstractFeedingEnv):
         heading, patches, coin = layout(layout_key, shape, params)
         # The params are checked once per episode, riding on a value reset uses.
         heading = params.checked(heading, traced=self.traced_param_checks)
+        sensor, taste = _normals(noise_key)
         state = LongHorizonState(
             position=jnp.zeros((2,), jnp.float32),
             heading=heading,
-            energy=params.initial_energy,
             patches=patches,
             amounts=jnp.ones(shape, jnp.float32),
             good=(coin < 0.5).astype(jnp.int32),  # a fair coin: A or B first
-            taste=jnp.zeros((), jnp.float32),
+            taste=params.taste_noise * taste,  # nothing eaten yet: noise alone
             time=jnp.zeros((), jnp.int32),
             gut=jnp.zeros((self.digestion,), jnp.float32),
         )
-        noise = jr.normal(noise_key, (2 * NUM_RESOURCES,), jnp.float32)
-        return self.observe(state, params, noise), state
+        return self.observe(state, params, sensor), state
 
     def sample_noise(self, key: PRNGKey, params: LongHorizonParams) -> LongHorizonNoise:
         del params
-        # Every step draws what a season boundary or a death might need, used or
-        # not: the draws cannot depend on the state, and one uniform vector
-        # costs fewer threefry rounds than one draw per use.
+        # Every step draws what a season boundary might need, used or not: the
+        # draws cannot depend on the state, and one uniform vector costs fewer
+        # threefry rounds than one draw per use.
         m = self.patches_per_resource
         normal_key, uniform_key = jr.split(key)
-        u = jr.uniform(uniform_key, (1 + 2 * m + 4 * m + 3,), jnp.float32)
+        u = jr.uniform(uniform_key, (1 + 2 * m + 4 * m,), jnp.float32)
+        sensor, taste = _normals(normal_key)
         return LongHorizonNoise(
-            sensor=jr.normal(normal_key, (2 * NUM_RESOURCES,), jnp.float32),
+            sensor=sensor,
+            taste=taste,
             swap=u[0],
             relocate=u[1 : 1 + 2 * m].reshape(2, m),
-            patches=2.0 * u[1 + 2 * m : 1 + 6 * m].reshape(2, m, 2) - 1.0,
-            rebirth=2.0 * u[1 + 6 * m :] - 1.0,
+            patches=2.0 * u[1 + 2 * m :].reshape(2, m, 2) - 1.0,
         )
 
     def transition(
@@ -207,8 +214,8 @@ class LongHorizon(AbstractFeedingEnv):
             gut = jnp.concatenate([state.gut[1:], gained[None]])
         else:
             digested, gut = gained, state.gut
-        energy = jnp.clip(state.energy + digested - params.metabolic_rate, 0.0, 1.0)
         taste = jnp.clip(params.taste_gain * digested, -1.0, 1.0)
+        taste = taste + params.taste_noise * noise.taste
         time = state.time + 1
 
         # Season boundary: roles may swap, patches may relocate (fresh and full).
@@ -220,27 +227,14 @@ class LongHorizon(AbstractFeedingEnv):
         patches = jnp.where(moved[..., None], noise.patches * spread, state.patches)
         amounts = jnp.where(moved, 1.0, amounts)
 
-        # Death costs death_penalty; the body is reborn, the world carries on.
-        dead = energy <= 0.0
-        balance = homeostasis(energy[None], params.setpoint)
-        reward = jnp.where(dead, -params.death_penalty, balance)
-        position = jnp.where(dead, noise.rebirth[:2] * spread, position)
-        heading = jnp.where(dead, noise.rebirth[2] * math.pi, heading)
-        energy = jnp.where(dead, params.initial_energy, energy)
-        gut = jnp.where(dead, 0.0, gut)
-
         new_state = LongHorizonState(
-            position, heading, energy, patches, amounts, good, taste, time, gut
+            position, heading, patches, amounts, good, taste, time, gut
         )
         obs = self.observe(new_state, params, noise.sensor)
         done = time >= params.episode_length
-        info = {
-            "homeostasis": balance,
-            "died": dead,
-            "nourishing_intake": nourishing,
-            "harmful_intake": harmful,
-        }
-        return obs, new_state, reward, done, info
+        info = {"nourishing_intake": nourishing, "harmful_intake": harmful}
+        # The reward is the energy digested this step.
+        return obs, new_state, digested, done, info
 
     def privileged(
         self, state: LongHorizonState, params: LongHorizonParams
