@@ -246,7 +246,8 @@ class ReactiveTasteAgent(AbstractStatelessPolicy):
     `stay = 0` it flees what tastes bad while it tastes it. A memoryless
     reference of `LongHorizon`.
 
-    Arguments:
+    Arguments (the defaults are the best of a grid on L4, see
+    `examples/baselines.py`):
         taste_gain: belief per unit of taste.
         stay: belief in the nearer type before tasting (0: none).
         gain, base_speed: as `TasteLearnerAgent`'s.
@@ -261,8 +262,8 @@ class ReactiveTasteAgent(AbstractStatelessPolicy):
 
     def __init__(
         self,
-        taste_gain: float | int = 1.5,
-        stay: float | int = 1.0,
+        taste_gain: float | int = 0.5,
+        stay: float | int = 0.5,
         gain: float | int = 16.0,
         base_speed: float | int = 0.6,
     ):

@@ -38,7 +38,8 @@ class AbstractFeedingParams(AbstractArenaParams):
             arena_half`.
         eat_radius: length scale of consumption around a patch.
         eat_rate: fraction of a patch eaten per step at its centre.
-        nutrition: energy gained per unit of (nourishing) resource eaten.
+        nutrition: energy (a reserve, or L4's reward) gained per unit of
+            (nourishing) resource eaten.
         regrowth_rate: fraction of a patch's deficit regrown per step.
     """
 
@@ -173,7 +174,7 @@ class AbstractFeedingEnv(AbstractArenaEnv):
 
     @abc.abstractmethod
     def internal(self, state: EnvState, params: EnvParams) -> Float[Array, " internal"]:
-        """What the body senses of itself (reserves, energy, taste)."""
+        """What the body senses of itself (reserves, taste)."""
 
     def landmarks(self, state: AbstractFeedingState) -> Float[Array, "k m 2"]:
         return state.patches
