@@ -231,12 +231,12 @@ BANDIT = {"plastic-ff": 227, "ff": 226, "gru": 218, "plastic-rnn": 222, "rnn": 1
 EXAMPLE_ARMS = {
     # the same network in both arms; the plastic genome adds the rule's 5
     # coefficients (A, B, C, D, eta): matched to 0.4%
-    "l4_plasticity": ({"plastic": 1291, "non-plastic": 1286}, 10),
-    "l4_plasticity_gpu": ({"plastic": 1291, "non-plastic": 1286}, 10),
+    "l4_plasticity": ({"plastic": 1290, "non-plastic": 1285}, 10),
+    "l4_plasticity_gpu": ({"plastic": 1290, "non-plastic": 1285}, 10),
     "bandit_plasticity": (BANDIT, 50),
     "bandit_plasticity_gpu": (BANDIT, 100),
     "maze_memory": ({"gru": 1620, "plastic-ff": 1605, "ff": 1604}, 15),
-    "l4_memory": ({"rnn": 402, "plastic-ff": 399, "ff": 398}, 9),
+    "l4_memory": ({"rnn": 386, "plastic-ff": 387, "ff": 386}, 9),
     # a demonstration of each rule on a task, not a comparison: not matched
     "plastic_rules": (
         {"spiking-backpropamine": 298, "abcd": 804, "abcd-random": 676, "gru": 338},
