@@ -88,7 +88,7 @@ class EnvConfig:
     name: str = _spec(
         "chemotaxis",
         help="chemotaxis | foraging | long_horizon | bandit | reversal_bandit | "
-        "cue_reward | gymnax:<id> | module:Class",
+        "cue_reward | gymnax:<id> | brax:<name> | module:Class",
     )
     params: Mapping[str, Any] = _spec(
         factory=dict, help="overrides of the environment's default params"
@@ -158,6 +158,12 @@ class RunConfig:
         True,
         help="start a new episode when one ends (false: one episode per lifetime, "
         "the rest frozen)",
+    )
+    normalize_obs: Literal["auto", "on", "off"] = _spec(
+        "auto",
+        help="observation normalisation by the population's running mean and "
+        "variance, frozen into the saved agent (auto: on for environments that "
+        "ask for it, Brax's)",
     )
     seed: int = _spec(0, min=0, help="root seed of the run")
     num_seeds: int = _spec(1, min=1, help="independent runs in one program")

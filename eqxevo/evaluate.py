@@ -119,6 +119,33 @@ class EvalSettings(eqx.Module):
         self.episode_ids(population_size)
 
 
+# -- what a fitness carries from generation to generation --------------------------
+
+
+def initial_carry(fitness_fn: Any) -> Any:
+    """What `fitness_fn` carries between generations before the first (its
+    `initial_carry()`, e.g. `LifetimeFitness`'s running observation moments);
+    None for a fitness that carries nothing."""
+    hook = getattr(fitness_fn, "initial_carry", None)
+    return None if hook is None else hook()
+
+
+def with_carry(fitness_fn: Any, carry: Any) -> Any:
+    """`fitness_fn` for a generation that starts from `carry` (itself for None)."""
+    return fitness_fn if carry is None else fitness_fn.with_carry(carry)
+
+
+def next_carry(
+    fitness_fn: Any, carry: Any, aux: Any, improved: Array
+) -> tuple[Any, Any]:
+    """`(carry, aux)` after a generation whose population returned `aux` and
+    found a new best genome where `improved`: the fitness's `next_carry`, or
+    both as they are for None."""
+    if carry is None:
+        return carry, aux
+    return fitness_fn.next_carry(carry, aux, improved)
+
+
 # -- what a fitness function may return ---------------------------------------------
 
 
@@ -390,5 +417,8 @@ __all__ = [
     "evaluate_genomes",
     "evaluate_with",
     "genome_keys",
+    "initial_carry",
+    "next_carry",
     "population_size_of",
+    "with_carry",
 ]

@@ -18,7 +18,7 @@ from jax.sharding import Mesh
 
 from ._checks import one_of, positive_int
 from ._types import Array, Genome, PRNGKey, PRNGKeys
-from .evaluate import AbstractPopulationFitness, EvalSettings
+from .evaluate import AbstractPopulationFitness, EvalSettings, initial_carry
 from .fidelity import MultiFidelity
 from .keys import run_keys
 from .program import ChunkProgram, run_chunk
@@ -182,16 +182,36 @@ def _prepare(
     count = runs if runs is not None else num_seeds
     _, run_key = run_keys(key, num_seeds, runs)
     if state is None:
-        state = initial_state(key, strategy, num_seeds, runs)
+        state = initial_state(key, strategy, num_seeds, runs, fitness_fn)
     batch_shape = () if count is None else (count,)
     # A state from another strategy (or another `num_seeds`) would retrace the
     # program or fail inside it; `check_state` names the difference instead.
     strategy.check_state(state, batch_shape)
+    _check_carry(state, fitness_fn, batch_shape)
     halted = jnp.zeros(batch_shape, jnp.bool_)
     # With a mesh, everything the chunks carry lives whole on every device (and
     # every process): the strategy state is replicated, only evaluation splits.
     state, run_key, halted = replicate((state, run_key, halted), mesh)
     return _Setup(program, run_key, state, halted)
+
+
+def _check_carry(state: StrategyState, fitness_fn: Any, batch_shape: Any) -> None:
+    """Raise unless `state` carries what `fitness_fn` carries between generations
+    (running observation moments with observation normalisation, else nothing)."""
+    want = jax.eval_shape(lambda: initial_carry(fitness_fn))
+    got = state.evaluation
+    want_shapes = jtu.tree_map(lambda x: (*batch_shape, *x.shape), want)
+    got_shapes = jtu.tree_map(lambda x: tuple(x.shape), got)
+    if jtu.tree_structure(want) != jtu.tree_structure(got) or jtu.tree_leaves(
+        want_shapes
+    ) != jtu.tree_leaves(got_shapes):
+        raise ValueError(
+            "state: it does not carry what the fitness function carries between "
+            f"generations (state.evaluation is {type(got).__name__}, the fitness's "
+            f"initial_carry() is {type(want).__name__}): a state from a run with "
+            "observation normalisation on resumes only with it on, and off only "
+            "with it off"
+        )
 
 
 class _Host:

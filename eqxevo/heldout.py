@@ -16,6 +16,7 @@ import numpy as np
 from ._checks import positive_int
 from ._types import Array, Float, Genome, PRNGKey
 from .evaluate import EvalSettings, evaluate_with
+from .obs_norm import NormalizedPolicy, RunningObs, normalized
 from .runs import take
 from .strategy import Strategy, StrategyState
 
@@ -54,9 +55,28 @@ def evaluates_mean(strategy: Strategy) -> bool:
 
 
 def heldout_genomes(strategy: Strategy, state: StrategyState) -> dict[str, Any]:
-    """`{"mean": genome | None, "best": genome}` of one run's (unbatched) state."""
+    """`{"mean": agent | None, "best": agent}` of one run's (unbatched) state:
+    its genomes, each with the run's observation moments frozen into it
+    (`NormalizedPolicy`) where it normalises observations."""
+    carry = state.evaluation if isinstance(state.evaluation, RunningObs) else None
     mean = strategy.mean(state) if evaluates_mean(strategy) else None
-    return {"mean": mean, "best": strategy.best(state)}
+    # The mean is the genome the next generation samples around, with the
+    # moments it will act on; the best keeps the moments it was scored with.
+    if carry is None:
+        return {"mean": mean, "best": strategy.best(state)}
+    return {
+        "mean": None if mean is None else normalized(mean, carry.moments),
+        "best": normalized(strategy.best(state), carry.best),
+    }
+
+
+def agent_filter_spec(strategy: Strategy, agent: Any) -> Any:
+    """Which leaves of a held-out `agent` carry the population axis: the
+    strategy's own filter, or every float array for a genome wrapped with its
+    observation moments (which the strategy's filter does not describe)."""
+    if isinstance(agent, NormalizedPolicy):
+        return eqx.is_inexact_array
+    return strategy.filter_spec
 
 
 def heldout_settings(settings: EvalSettings, num_episodes: int) -> EvalSettings:
@@ -251,7 +271,7 @@ def evaluate_run(
                     fitness_fn,
                     genome,
                     num_episodes,
-                    filter_spec=strategy.filter_spec,
+                    filter_spec=agent_filter_spec(strategy, genome),
                     settings=settings,
                 )
                 for name, genome in genomes.items()
@@ -314,6 +334,7 @@ __all__ = [
     "GENOMES",
     "HELDOUT_STREAM",
     "HeldOut",
+    "agent_filter_spec",
     "episode_fitness",
     "evaluate_run",
     "evaluates_mean",

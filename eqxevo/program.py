@@ -11,12 +11,19 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 
 from ._types import Array, Metrics, PRNGKey, PRNGKeys
-from .evaluate import AbstractPopulationFitness, EvalSettings, evaluate_with
+from .evaluate import (
+    AbstractPopulationFitness,
+    EvalSettings,
+    evaluate_with,
+    next_carry,
+    with_carry,
+)
 from .fitness import best_index
 from .keys import generation_keys
 from .sharding import replicated
 from .staging import stage
 from .strategy import Strategy, StrategyState
+from .strategy.base import with_evaluation
 
 Batch = Literal["none", "seeds", "runs"]
 """How many runs one program holds: one, K seeds of one strategy, or R stacked runs."""
@@ -54,11 +61,14 @@ def generation_step(
     """
     ask_key, eval_key, tell_key = generation_keys(run_key, state.generation)
     always = state.generation >= 0
+    # What the evaluation carries (running observation moments): this
+    # generation acts on it as it was, and adds its own observations after.
+    carry = state.evaluation
 
     def evaluate_stage(key: PRNGKey, population: Any) -> Any:
         return evaluate_with(
             key,
-            fitness_fn,
+            with_carry(fitness_fn, carry),
             population,
             settings,
             filter_spec=strategy.filter_spec,
@@ -72,6 +82,10 @@ def generation_step(
     new_state, metrics = stage(strategy.tell, always)(
         tell_key, population, fitness, state_asked
     )
+    if carry is not None:
+        improved = new_state.best_fitness != state_asked.best_fitness
+        carry, aux = next_carry(fitness_fn, carry, aux, improved)
+        new_state = with_evaluation(new_state, carry)
     record = {"generation": state.generation, **metrics}
     best = best_index(fitness, strategy.maximize)
     best_aux = jtu.tree_map(lambda a: a[best] if eqx.is_array(a) else a, aux)

@@ -235,7 +235,8 @@ ENVS: dict[str, str] = {
     "long_horizon": "eqxevo.envs.long_horizon:LongHorizon",
     "reversal_bandit": "eqxevo.envs.bandits:ReversalBandit",
 }
-"""Environments by name; `env.name` may also be "gymnax:<id>" or "module:Class"."""
+"""Environments by name; `env.name` may also be "gymnax:<id>", "brax:<name>" or
+"module:Class"."""
 
 NETS: dict[str, str] = {
     "sparse_rate": "eqxevo.nets.factories:sparse_rate",
@@ -269,7 +270,7 @@ def _lookup(kind: str, name: str, table: dict[str, str]) -> Any:
         f"{kind}.name = {name!r} is unknown"
         + did_you_mean(name, table, quote=True)
         + f"; built in: {', '.join(sorted(table))}, or 'package.module:Class'"
-        + (", or 'gymnax:<environment id>'" if kind == "env" else "")
+        + (", 'gymnax:<environment id>' or 'brax:<name>'" if kind == "env" else "")
     )
 
 
@@ -282,7 +283,21 @@ def lookup_env(name: str) -> tuple[Any, dict[str, Any]]:
     if name.startswith("gymnax:"):
         constructor = import_object("eqxevo.envs.gymnax:GymnaxEnv", "env.name")
         return constructor, {"name": _gymnax_id(name)}
+    if name.startswith("brax:"):
+        constructor = import_object("eqxevo.envs.brax:BraxEnv", "env.name")
+        return constructor, {"name": _brax_name(name)}
     return _lookup("env", name, ENVS), {}
+
+
+def _brax_name(name: str) -> str:
+    """The name of `"brax:<name>"`; a `ConfigError` with a close match if Brax
+    does not register it, or with the install command if Brax is missing."""
+    from .envs.brax import check_brax_name  # imports brax itself only when called
+
+    try:
+        return check_brax_name(name.split(":", 1)[1])
+    except (ImportError, ValueError) as err:
+        raise ConfigError(f"env.name = {name!r}: {err}") from None
 
 
 def _gymnax_id(name: str) -> str:
@@ -486,6 +501,7 @@ def catalogue() -> str:
         if row:
             lines.append(row)
     lines.append("  gymnax:<id>: any gymnax environment (the rl extra)")
+    lines.append("  brax:<name>: any Brax environment (the brax extra)")
     lines.append("")
     lines.append(
         "Strategies ([strategy] name = ...): `eqxevo strategies` lists every "

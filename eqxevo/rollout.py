@@ -16,10 +16,12 @@ from ._checks import positive_int
 from ._types import Array, Bool, Float, PRNGKey, PRNGKeys, Scalar
 from .envs.base import AbstractEnv, EnvParams, EnvState, noise_apart
 from .nets.base import AbstractPolicy
+from .obs_norm import ObsMoments, RunningObs, merge_stacked, normalized
 from .staging import draws_apart_pay, stage, true_at_run_time
 
-Summary = dict[str, Array]
-"""A lifetime's scalars: `total_reward`, `mean_reward`, ... (see `rollout`)."""
+Summary = dict[str, Any]
+"""A lifetime's scalars: `total_reward`, `mean_reward`, ... (see `rollout`), and
+the observations' `obs_moments` where tracked."""
 
 
 class LifetimeCarry(eqx.Module):
@@ -35,6 +37,7 @@ class LifetimeCarry(eqx.Module):
     steps_alive: Array  # steps up to and including the first done
     steps: Array  # steps the environment ran
     info_sums: dict[str, Array]
+    obs_moments: ObsMoments | None = None  # the observations' moments, if tracked
 
 
 class StepRecord(eqx.Module):
@@ -150,9 +153,14 @@ def block_draws(
 
 
 def start_lifetime(
-    policy: AbstractPolicy, env: AbstractEnv, env_params: EnvParams, key: PRNGKey
+    policy: AbstractPolicy,
+    env: AbstractEnv,
+    env_params: EnvParams,
+    key: PRNGKey,
+    track_obs: bool = False,
 ) -> tuple[LifetimeCarry, StepKeys]:
-    """Birth: the environment reset, the policy's initial state, the step keys.
+    """Birth: the environment reset, the policy's initial state, the step keys;
+    with `track_obs`, moments of the observations the policy will see.
 
     Raises:
         ValueError: the environment's `info` holds entries that are not scalars.
@@ -180,6 +188,7 @@ def start_lifetime(
         steps_alive=jnp.zeros((), jnp.int32),
         steps=jnp.zeros((), jnp.int32),
         info_sums={k: jnp.zeros((), jnp.float32) for k in info},
+        obs_moments=ObsMoments.zeros(obs.shape[0]) if track_obs else None,
     )
     return carry, StepKeys(env_keys, reset_keys, policy_keys)
 
@@ -256,6 +265,9 @@ def lifetime_step(
             k: carry.info_sums[k] + weight * jnp.asarray(info[k], jnp.float32)
             for k in carry.info_sums
         },
+        obs_moments=None
+        if carry.obs_moments is None
+        else carry.obs_moments.add(carry.obs, weight),
     )
     return new_carry, record
 
@@ -271,7 +283,7 @@ def _summary(carry: LifetimeCarry, num_steps: int, reset_on_done: bool) -> Summa
         steps = jnp.asarray(num_steps, jnp.float32)
     else:
         steps = jnp.maximum(carry.steps, 1).astype(jnp.float32)
-    summary = {
+    summary: Summary = {
         "total_reward": carry.total_reward,
         "mean_reward": carry.total_reward / steps,
         "num_episodes": carry.num_episodes,
@@ -280,6 +292,8 @@ def _summary(carry: LifetimeCarry, num_steps: int, reset_on_done: bool) -> Summa
     }
     for k, v in carry.info_sums.items():
         summary[f"mean_{k}"] = v / steps
+    if carry.obs_moments is not None:
+        summary["obs_moments"] = carry.obs_moments
     return summary
 
 
@@ -293,11 +307,12 @@ def _lifetime(
     reset_policy_on_done: bool,
     keep_steps: bool = False,
     block: int = 1,
+    track_obs: bool = False,
 ) -> tuple[LifetimeCarry, Any]:
     """The scan both `rollout` and `record` run; with `keep_steps`, also the
     environment's first state and every step's record."""
     num_steps = positive_int("num_steps", num_steps)
-    carry, keys = start_lifetime(policy, env, env_params, key)
+    carry, keys = start_lifetime(policy, env, env_params, key, track_obs)
     first_state = carry.env_state
 
     def body(carry: LifetimeCarry, draws: StepDraws | None) -> tuple[Any, Any]:
@@ -341,6 +356,7 @@ def rollout(
     reset_on_done: bool = True,
     reset_policy_on_done: bool = False,
     draw_ahead: bool = False,
+    track_obs: bool = False,
 ) -> tuple[Scalar, Summary]:
     """Run one lifetime of `num_steps` steps; return its fitness and a summary.
 
@@ -362,6 +378,9 @@ def rollout(
             fewer kernels per step, the same draws. `evaluate` sets it (through
             `LifetimeFitness`) for shared episodes, whose key the population
             shares, so the block is drawn once for it.
+        track_obs: also return the moments of the observations the policy saw
+            (summary entry `obs_moments`, an `ObsMoments`), for observation
+            normalisation.
 
     Returns:
         `(fitness, summary)`: fitness is the total reward over the lifetime
@@ -387,6 +406,7 @@ def rollout(
         reset_on_done,
         reset_policy_on_done,
         block=block,
+        track_obs=track_obs,
     )
     summary = _summary(carry, num_steps, reset_on_done)
     return summary["total_reward"], summary
@@ -434,6 +454,14 @@ class LifetimeFitness(eqx.Module):
         reset_on_done: as `rollout`'s.
         lifetimes: E, lifetimes averaged per call (static int >= 1).
         draw_ahead: as `rollout`'s (static; `shared_episode` sets it).
+        normalize_obs: observation normalisation (static; docs/environments.md,
+            "Observation normalisation"): the policy sees observations scaled by
+            `obs_moments`, and the summary returns the moments of the raw
+            observations it saw (`obs_moments`), which `evolve` merges into the
+            running moments it carries in the state (`initial_carry`,
+            `with_carry`, `next_carry`).
+        obs_moments: the running moments this generation acts on (None: raw
+            observations).
 
     Example:
         >>> fitness_fn = LifetimeFitness(env, env.default_params(), 1000)
@@ -447,9 +475,44 @@ class LifetimeFitness(eqx.Module):
     reset_on_done: bool = eqx.field(static=True, default=True)
     lifetimes: int = eqx.field(static=True, default=1)
     draw_ahead: bool = eqx.field(static=True, default=False)
+    normalize_obs: bool = eqx.field(static=True, default=False)
+    obs_moments: ObsMoments | None = None
 
     def __check_init__(self) -> None:
         positive_int("lifetimes", self.lifetimes)
+
+    # -- what `evolve` carries between generations (observation normalisation) --
+
+    def initial_carry(self) -> RunningObs | None:
+        """The running moments before any observation (None: not normalised)."""
+        return RunningObs.zeros(self.env.obs_size) if self.normalize_obs else None
+
+    def with_carry(self, carry: RunningObs | None) -> "LifetimeFitness":
+        """This fitness acting on observations normalised by `carry`'s moments."""
+        return dataclasses.replace(
+            self, obs_moments=None if carry is None else carry.moments
+        )
+
+    def next_carry(
+        self, carry: RunningObs | None, aux: Summary, improved: Array
+    ) -> tuple[RunningObs | None, Summary]:
+        """The running moments with a generation's observations (`aux`: the
+        population's summaries) merged in, the best genome's moments (those
+        this generation acted on where it found a new best: `improved`), and
+        `aux` without the observations."""
+        if carry is None or "obs_moments" not in aux:
+            return carry, aux
+        rest = {k: v for k, v in aux.items() if k != "obs_moments"}
+        best = jtu.tree_map(
+            lambda now, old: jnp.where(improved, now, old), carry.moments, carry.best
+        )
+        moments = carry.moments.merge(merge_stacked(aux["obs_moments"]))
+        return RunningObs(moments, best), rest
+
+    def frozen(self) -> "LifetimeFitness":
+        """This fitness for an agent that normalises itself (`NormalizedPolicy`):
+        raw observations, nothing tracked."""
+        return dataclasses.replace(self, normalize_obs=False, obs_moments=None)
 
     def shared_episode(self) -> "LifetimeFitness":
         """This fitness for a shared episode, whose key every genome gets
@@ -467,12 +530,13 @@ class LifetimeFitness(eqx.Module):
     def _one(self, genome: AbstractPolicy, key: PRNGKey) -> tuple[Scalar, Summary]:
         return rollout(
             key,
-            genome,
+            normalized(genome, self.obs_moments if self.normalize_obs else None),
             self.env,
             self.env_params,
             self.num_steps,
             reset_on_done=self.reset_on_done,
             draw_ahead=self.draw_ahead,
+            track_obs=self.normalize_obs,
         )
 
     def __call__(self, genome: AbstractPolicy, key: PRNGKey) -> tuple[Scalar, Summary]:
@@ -485,7 +549,10 @@ class LifetimeFitness(eqx.Module):
 
         # Only E scalars per entry are stacked: memory stays flat in E and T.
         _, (fitness, summary) = jax.lax.scan(body, None, keys)
+        moments = summary.pop("obs_moments", None)
         mean = jtu.tree_map(lambda x: jnp.mean(x.astype(jnp.float32)), summary)
+        if moments is not None:  # the E lifetimes' observations together
+            mean["obs_moments"] = merge_stacked(moments)
         return jnp.mean(fitness), mean
 
 

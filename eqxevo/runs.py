@@ -13,9 +13,11 @@ import jax.tree_util as jtu
 import numpy as np
 
 from ._types import PRNGKey, PRNGKeys
+from .evaluate import initial_carry
 from .keys import is_typed_key, run_keys
 from .program import Batch
 from .strategy import Strategy, StrategyState
+from .strategy.base import with_evaluation
 
 
 def batch_of(num_seeds: int | None, runs: int | None) -> Batch:
@@ -105,14 +107,25 @@ def initial_state(
     strategy: Strategy,
     num_seeds: int | None = None,
     runs: int | None = None,
+    fitness_fn: Any = None,
 ) -> StrategyState:
-    """The state `evolve(key, strategy, ..., num_seeds=..., runs=...)` starts from."""
+    """The state `evolve(key, strategy, fitness_fn, ..., num_seeds=..., runs=...)`
+    starts from, with what `fitness_fn` carries between generations
+    (`evaluate.initial_carry`), one per seed or run."""
     init_key, _ = run_keys(key, num_seeds, runs)
     if runs is not None:
-        return _init_runs(strategy, init_key)
-    if num_seeds is None:
-        return strategy.init(init_key)
-    return _init_seeds(strategy, init_key)
+        state = _init_runs(strategy, init_key)
+    elif num_seeds is None:
+        state = strategy.init(init_key)
+    else:
+        state = _init_seeds(strategy, init_key)
+    carry = initial_carry(fitness_fn)
+    if carry is None:
+        return state
+    count = runs if runs is not None else num_seeds
+    if count is not None:
+        carry = jtu.tree_map(lambda x: jnp.broadcast_to(x, (count, *x.shape)), carry)
+    return with_evaluation(state, carry)
 
 
 def take(tree: Any, r: int) -> Any:

@@ -1,5 +1,7 @@
 """Environments behind one functional, gymnax-compatible protocol: the arena
-milestones L0, L2, L4 and any gymnax environment (`GymnaxEnv`, the `rl` extra).
+milestones L0, L2, L4, any gymnax environment (`GymnaxEnv`, the `rl` extra) and
+any Brax environment (`BraxEnv`, the `brax` extra; Brax is imported when one is
+made).
 """
 
 from typing import Any
@@ -17,6 +19,7 @@ from .bandits import (
     ReversalBanditState as ReversalBanditState,
 )
 from .base import AbstractEnv as AbstractEnv
+from .brax import BraxEnv as BraxEnv
 from .chemotaxis import (
     Chemotaxis as Chemotaxis,
     ChemotaxisParams as ChemotaxisParams,

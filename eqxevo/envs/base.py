@@ -4,9 +4,13 @@ See docs/environments.md ("The environment protocol") for what eqxevo relies on.
 """
 
 import abc
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
 
 from .._types import Array, Bool, Float, PRNGKey, Scalar
 
@@ -26,6 +30,10 @@ class AbstractEnv(eqx.Module):
 
     obs_size: eqx.AbstractVar[int]
     action_size: eqx.AbstractVar[int]
+
+    normalizes_obs: ClassVar[bool] = False
+    """Whether a config's `run.normalize_obs = "auto"` normalises this
+    environment's observations (Brax's: unscaled positions and velocities)."""
 
     @abc.abstractmethod
     def default_params(self) -> EnvParams:
@@ -82,3 +90,18 @@ def noise_apart(env: AbstractEnv) -> bool:
         kind.sample_noise is not AbstractEnv.sample_noise
         and kind.transition is not AbstractEnv.transition
     )
+
+
+def strong_arrays(tree: Any) -> Any:
+    """Every numeric leaf of an adapted library's state or params as a strongly
+    typed array, Python numbers included (gymnax and Brax leave some weakly
+    typed, and a state whose type changes recompiles)."""
+
+    def convert(x: Any) -> Any:
+        # asarray twice: the second, with an explicit dtype, drops weak types.
+        if isinstance(x, bool | int | float | np.ndarray | np.generic | jax.Array):
+            array = jnp.asarray(x)
+            return jnp.asarray(array, array.dtype)
+        return x
+
+    return jtu.tree_map(convert, tree)

@@ -12,11 +12,10 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.tree_util as jtu
 import numpy as np
 
 from .._types import Array, Float, PRNGKey
-from .base import AbstractEnv, Action, Observation, StepResult
+from .base import AbstractEnv, Action, Observation, StepResult, strong_arrays
 
 try:
     import gymnax
@@ -41,19 +40,6 @@ def _make(name: str) -> tuple[Any, Any]:
     # is not written for strict promotion, as in reset and step below.
     with jax.numpy_dtype_promotion("standard"):
         return gymnax.make(name)
-
-
-def _strong(tree: Any) -> Any:
-    """Every numeric leaf as a strongly typed array (Python numbers included)."""
-
-    def convert(x: Any) -> Any:
-        # asarray twice: the second, with an explicit dtype, drops weak types.
-        if isinstance(x, bool | int | float | np.ndarray | np.generic | jax.Array):
-            array = jnp.asarray(x)
-            return jnp.asarray(array, array.dtype)
-        return x
-
-    return jtu.tree_map(convert, tree)
 
 
 _UNBOUNDED = 1e6
@@ -164,7 +150,7 @@ class GymnaxEnv(AbstractEnv):
         return _make(self.name)[0]
 
     def default_params(self) -> Any:
-        return _strong(_make(self.name)[1])
+        return strong_arrays(_make(self.name)[1])
 
     def to_observation(self, obs: Array) -> Observation:
         """gymnax's observation as eqxevo's: flat float32, bounded dimensions
@@ -196,7 +182,7 @@ class GymnaxEnv(AbstractEnv):
         # gymnax is not written for the strict promotion eqxevo's tests use.
         with jax.numpy_dtype_promotion("standard"):
             obs, state = self.gymnax_env.reset_env(key, params)
-            return self.to_observation(obs), _strong(state)
+            return self.to_observation(obs), strong_arrays(state)
 
     def step(self, key: PRNGKey, state: Any, action: Action, params: Any) -> StepResult:
         env = self.gymnax_env
@@ -219,7 +205,7 @@ class GymnaxEnv(AbstractEnv):
             }
             return (
                 self.to_observation(obs),
-                _strong(state),
+                strong_arrays(state),
                 jnp.asarray(reward, jnp.float32),
                 terminated | truncated,
                 info,

@@ -15,8 +15,9 @@ from jax.sharding import Mesh
 from .._types import Genome, PRNGKey
 from ..config import ConfigError, Experiment, plain_value
 from ..envs.base import AbstractEnv
-from ..evaluate import EvalSettings
+from ..evaluate import EvalSettings, initial_carry
 from ..keys import seed_keys
+from ..obs_norm import normalized
 from ..registry import Parts, lookup
 from ..rollout import LifetimeFitness
 from ..runs import initial_state
@@ -86,6 +87,12 @@ def make_env(experiment: Experiment, parts: Parts) -> tuple[AbstractEnv, Any]:
     except (TypeError, ValueError) as err:
         raise ConfigError(f"env.params: {err}") from err
     return env, params
+
+
+def normalizes_obs(experiment: Experiment, env: AbstractEnv) -> bool:
+    """`run.normalize_obs`, with "auto" the environment's `normalizes_obs`."""
+    setting = experiment.run.normalize_obs
+    return env.normalizes_obs if setting == "auto" else setting == "on"
 
 
 def make_genome(
@@ -216,9 +223,18 @@ class Built:
         (`run.lifetimes_per_fitness` averages training lifetimes only; held-out
         evaluation averages `run.eval_episodes` lifetimes of its own)."""
         fitness = self.fitness
-        if isinstance(fitness, LifetimeFitness) and fitness.lifetimes != 1:
-            return dataclasses.replace(fitness, lifetimes=1)
+        if isinstance(fitness, LifetimeFitness):
+            # With observation normalisation the held-out agent carries its
+            # frozen moments (`heldout_genomes`): the fitness tracks nothing.
+            return dataclasses.replace(fitness.frozen(), lifetimes=1)
         return fitness
+
+    @property
+    def agent(self) -> Genome:
+        """The structure of a saved agent: the genome, wrapped with its frozen
+        observation moments where observations are normalised."""
+        carry = initial_carry(self.fitness)
+        return normalized(self.genome, None if carry is None else carry.best)
 
     def settings(self, mesh: Mesh | None = None) -> EvalSettings:
         """How `evolve` evaluates this experiment's populations on `mesh`."""
@@ -230,7 +246,9 @@ class Built:
 
     def initial_state(self) -> StrategyState:
         """The state `evolve` starts from (batched over seeds with num_seeds)."""
-        return initial_state(self.key, self.strategy, self.num_seeds)
+        return initial_state(
+            self.key, self.strategy, self.num_seeds, None, self.fitness
+        )
 
 
 def build(experiment: Experiment) -> Built:
@@ -251,6 +269,7 @@ def build(experiment: Experiment) -> Built:
         experiment.run.lifetime,
         experiment.run.reset_on_done,
         lifetimes=experiment.run.lifetimes_per_fitness,
+        normalize_obs=normalizes_obs(experiment, env),
     )
     effective = effective_config(experiment, parts, env_params, strategy)
     return Built(effective, env, env_params, genome, strategy, fitness, run_key)
@@ -263,4 +282,5 @@ __all__ = [
     "make_env",
     "make_genome",
     "make_strategy",
+    "normalizes_obs",
 ]

@@ -16,6 +16,7 @@ import numpy as np
 from .._types import Genome, PRNGKey
 from ..heldout import (
     HeldOut,
+    agent_filter_spec,
     episode_fitness,
     evaluates_mean,
     heldout_evaluate,
@@ -179,7 +180,7 @@ def load_genome(run_dir: str | Path, which: str = "best") -> tuple[Built, Genome
             "family) has no distribution mean; evaluate the best genome (--genome "
             "best)"
         )
-    return built, directory.load_genome(which, built.genome)
+    return built, directory.load_genome(which, built.agent)
 
 
 MAX_EPISODES = 2**31 - 1
@@ -278,7 +279,7 @@ def eval_run(
         raise ValueError(f"genome must be 'best' or 'mean'; got {genome!r}")
     directory = RunDir(run_dir)
     built, loaded = load_genome(run_dir, genome)
-    filter_spec = built.strategy.filter_spec
+    filter_spec = agent_filter_spec(built.strategy, loaded)
     if lesion is not None:
         loaded = lesion_policy(loaded, lesion)
         filter_spec = eqx.is_inexact_array  # a lesion may wrap the genome

@@ -1,6 +1,7 @@
 """What the evosax families share: the strategy state and the family interface."""
 
 import abc
+import copy
 import functools
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -50,6 +51,10 @@ class StrategyState(eqx.Module):
         made_by: the evosax algorithm and population size that made the state
             (static), so a state is never handed to another strategy whose
             state happens to have the same shapes.
+        evaluation: what the evaluation carries from generation to generation
+            (the running observation moments of a fitness with observation
+            normalisation: `LifetimeFitness.initial_carry`); None for most.
+            `tell` keeps it; `evolve` updates it.
     """
 
     inner: Any
@@ -59,6 +64,15 @@ class StrategyState(eqx.Module):
     # Static, so it is part of the state's type: two strategies with equal
     # shapes still cannot swap states.
     made_by: tuple[str, int] = eqx.field(static=True, default=("", 0))
+    evaluation: Any = None
+
+
+def with_evaluation(state: StrategyState, evaluation: Any) -> StrategyState:
+    """`state` with `evaluation` replaced; also for a state batched over seeds or
+    runs (whose leaves do not match the field annotations `__init__` checks)."""
+    new = copy.copy(state)
+    object.__setattr__(new, "evaluation", evaluation)
+    return new
 
 
 def strongly_typed(tree: Any) -> Any:
@@ -180,4 +194,5 @@ __all__ = [
     "standard_promotion",
     "state_signature",
     "strongly_typed",
+    "with_evaluation",
 ]

@@ -35,6 +35,7 @@ from .base import (
     standard_promotion,
     state_signature,
     strongly_typed,
+    with_evaluation,
 )
 from .distribution import DistributionFamily
 from .population import PopulationFamily
@@ -232,6 +233,8 @@ class Strategy(eqx.Module):
                 f"EvolveResult.state); got {type(state).__name__}"
             )
         treedef, leaves = self._state_signature
+        # What the evaluation carries is the fitness's to check (`evolve`).
+        state = with_evaluation(state, None)
         got_treedef, got_leaves = state_signature(state)
         problem = None
         # Cheapest and most telling first: who made it, then its structure,
@@ -422,6 +425,7 @@ class Strategy(eqx.Module):
             best_flat=jnp.where(improved, flat[index], state.best_flat),
             best_fitness=jnp.where(improved, archive[index], state.best_fitness),
             made_by=state.made_by,
+            evaluation=state.evaluation,
         )
         metrics = fitness_summary(fitness, nonfinite, self.maximize)
         metrics["best_so_far"] = self._to_user(new_state.best_fitness)

@@ -1,0 +1,90 @@
+"""The Brax adapter: the protocol, names and options, truncation, actions on the
+actuators' ranges, non-finite states, and observation normalisation by default."""
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+from eqxevo import config
+from eqxevo.config import ConfigError
+from eqxevo.envs import BraxEnv
+from eqxevo.experiment import build
+from eqxevo.registry import lookup_env
+from eqxevo.rollout import LifetimeFitness
+from eqxevo.testing import check_env
+
+pytest.importorskip("brax", reason="the brax extra is in the dev extra")
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    return BraxEnv("inverted_pendulum", backend="spring", episode_length=3)
+
+
+def test_brax_environment_meets_the_protocol(pendulum):
+    check_env(pendulum, num_steps=4)
+    assert (pendulum.obs_size, pendulum.action_size) == (4, 1)
+
+
+def test_episode_is_truncated_after_episode_length_steps(pendulum):
+    params = pendulum.default_params()
+    _, state = pendulum.reset(jr.key(0), params)
+    step = jax.jit(pendulum.step)
+    dones, truncated = [], []
+    for t in range(3):
+        _, state, reward, done, info = step(jr.key(t), state, jnp.zeros(1), params)
+        dones.append(bool(done))
+        truncated.append(float(info["truncated"]))
+        assert float(reward) == 1.0 and float(info["nonfinite"]) == 0.0
+    assert dones == [False, False, True] and truncated == [0.0, 0.0, 1.0]
+
+
+def test_actions_span_the_actuators_control_range(pendulum):
+    # inverted_pendulum's actuator takes [-3, 3]; Ant's [-1, 1] (identity)
+    assert pendulum.action_center == (0.0,) and pendulum.action_scale == (3.0,)
+
+
+def test_a_non_finite_state_ends_the_episode_with_a_nan_reward(pendulum):
+    params = pendulum.default_params()
+    _, state = pendulum.reset(jr.key(0), params)
+    _, _, reward, done, info = jax.jit(pendulum.step)(
+        jr.key(0), state, jnp.array([jnp.nan]), params
+    )
+    assert bool(done) and np.isnan(float(reward))
+    assert float(info["nonfinite"]) == 1.0 and float(info["terminated"]) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"name": "ant", "backend": "sprng"}, "did you mean 'spring'"),
+        ({"name": "antt"}, "did you mean 'brax:ant'"),
+        ({"name": "ant", "episode_length": 0}, "episode_length must be an int >= 1"),
+        ({"name": "ant", "no_such_option": 1}, "does not take these arguments"),
+    ],
+)
+def test_bad_input_is_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=message) as err:
+        BraxEnv(**kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_config_names_brax_environments_with_a_close_match():
+    constructor, fixed = lookup_env("brax:hopper")
+    assert constructor is BraxEnv and fixed == {"name": "hopper"}
+    with pytest.raises(ConfigError, match="did you mean 'brax:hopper'"):
+        lookup_env("brax:hoper")
+
+
+def test_brax_configs_normalise_observations_by_default():
+    base = ["env.name=brax:inverted_pendulum", "env.options.backend=spring"]
+    assert _fitness(build(config.load(None, base))).normalize_obs
+    off = build(config.load(None, [*base, "run.normalize_obs=off"]))
+    assert not _fitness(off).normalize_obs
+
+
+def _fitness(built) -> LifetimeFitness:
+    assert isinstance(built.fitness, LifetimeFitness)
+    return built.fitness
