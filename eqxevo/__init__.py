@@ -22,12 +22,7 @@ from .keys import generation_keys as generation_keys
 from .presets import PresetError as PresetError
 from .prng import fast_cpu_prng as fast_cpu_prng
 from .registry import strategies as strategies
-from .rollout import (
-    LifetimeFitness as LifetimeFitness,
-    Trajectory as Trajectory,
-    record as record,
-    rollout as rollout,
-)
+from .rollout import LifetimeFitness as LifetimeFitness, rollout as rollout
 from .runs import stack_runs as stack_runs
 from .sharding import (
     initialize_distributed as initialize_distributed,
@@ -35,5 +30,6 @@ from .sharding import (
     use_cpu_devices as use_cpu_devices,
 )
 from .strategy import Strategy as Strategy, StrategyState as StrategyState
+from .trajectory import Trajectory as Trajectory, record as record
 
 __version__ = "0.2.0.dev0"

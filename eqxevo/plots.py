@@ -20,7 +20,7 @@ from ._types import PRNGKey
 from .envs.arena import AbstractArenaEnv
 from .envs.base import EnvParams
 from .nets.base import AbstractPolicy
-from .rollout import Trajectory, record
+from .trajectory import Trajectory, record
 
 
 def _seed_band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

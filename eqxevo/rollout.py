@@ -13,8 +13,8 @@ import jax.random as jr
 import jax.tree_util as jtu
 
 from ._checks import positive_int
-from ._types import Array, Bool, Float, PRNGKey, PRNGKeys, Scalar
-from .envs.base import AbstractEnv, EnvParams, EnvState, noise_apart
+from ._types import Array, PRNGKey, PRNGKeys, Scalar
+from .envs.base import AbstractEnv, EnvParams, noise_apart
 from .nets.base import AbstractPolicy
 from .obs_norm import ObsMoments, RunningObs, merge_stacked, normalized
 from .staging import draws_apart_pay, stage, true_at_run_time
@@ -272,7 +272,9 @@ def lifetime_step(
     return new_carry, record
 
 
-def _summary(carry: LifetimeCarry, num_steps: int, reset_on_done: bool) -> Summary:
+def lifetime_summary(
+    carry: LifetimeCarry, num_steps: int, reset_on_done: bool
+) -> Summary:
     # With auto-reset the environment runs every step, so the divisor is the
     # static lifetime length. Keep it static: XLA turns a division by a value it
     # can prove constant into a multiplication by its reciprocal (not exact), and
@@ -297,7 +299,7 @@ def _summary(carry: LifetimeCarry, num_steps: int, reset_on_done: bool) -> Summa
     return summary
 
 
-def _lifetime(
+def run_lifetime(
     key: PRNGKey,
     policy: AbstractPolicy,
     env: AbstractEnv,
@@ -397,7 +399,7 @@ def rollout(
         >>> fitness_fn = lambda g, k: rollout(k, g, env, env.default_params(), 1000)
     """
     block = draw_block(env, num_steps) if draw_ahead else 1
-    carry, _ = _lifetime(
+    carry, _ = run_lifetime(
         key,
         policy,
         env,
@@ -408,7 +410,7 @@ def rollout(
         block=block,
         track_obs=track_obs,
     )
-    summary = _summary(carry, num_steps, reset_on_done)
+    summary = lifetime_summary(carry, num_steps, reset_on_done)
     return summary["total_reward"], summary
 
 
@@ -556,83 +558,6 @@ class LifetimeFitness(eqx.Module):
         return jnp.mean(fitness), mean
 
 
-class Trajectory(eqx.Module):
-    """A recorded lifetime (from `record`).
-
-    Attributes:
-        env_states: the environment's state, stacked over T + 1 entries: entry 0
-            at the start, entry t + 1 after step t (before any reset, so an
-            episode's last position is kept; the next entry may start a new
-            episode).
-        observations: `(T, obs)`, what the policy saw at each step.
-        actions: `(T, action)`, what it did.
-        rewards: `(T,)`; zero once the environment is frozen.
-        dones: `(T,)`, whether an episode ended at step t.
-        info: the environment's info, each entry stacked to `(T,)`.
-        fitness, summary: as `rollout` returns for the same arguments.
-    """
-
-    env_states: EnvState
-    observations: Float[Array, "T obs"]
-    actions: Float[Array, "T action"]
-    rewards: Float[Array, " T"]
-    dones: Bool[Array, " T"]
-    info: dict[str, Array]
-    fitness: Scalar
-    summary: Summary
-
-
-@eqx.filter_jit
-def record(
-    key: PRNGKey,
-    policy: AbstractPolicy,
-    env: AbstractEnv,
-    env_params: EnvParams,
-    num_steps: int,
-    *,
-    reset_on_done: bool = True,
-    reset_policy_on_done: bool = False,
-) -> Trajectory:
-    """Run one lifetime like `rollout` and keep every step (for one genome, short T).
-
-    Same arguments, keys and results as `rollout`; memory grows with
-    `num_steps`, so use it for pictures and debugging, not for evolution.
-
-    Returns:
-        A `Trajectory`.
-
-    Example:
-        >>> trajectory = record(key, policy, env, params, 500)
-        >>> eqxevo.plots.render_trajectory(trajectory, env, params, "path.png")
-    """
-    carry, (initial_state, steps) = _lifetime(
-        key,
-        policy,
-        env,
-        env_params,
-        num_steps,
-        reset_on_done,
-        reset_policy_on_done,
-        keep_steps=True,
-    )
-    env_states = jtu.tree_map(
-        lambda first, rest: jnp.concatenate([first[None], rest]),
-        initial_state,
-        steps.env_state,
-    )
-    summary = _summary(carry, num_steps, reset_on_done)
-    return Trajectory(
-        env_states=env_states,
-        observations=steps.obs,
-        actions=steps.action,
-        rewards=steps.reward,
-        dones=steps.done,
-        info=steps.info,
-        fitness=summary["total_reward"],
-        summary=summary,
-    )
-
-
 __all__ = [
     "DRAW_BLOCK",
     "LifetimeCarry",
@@ -641,12 +566,12 @@ __all__ = [
     "StepKeys",
     "StepRecord",
     "Summary",
-    "Trajectory",
     "block_draws",
     "draw_block",
     "lifetime_keys",
     "lifetime_step",
-    "record",
+    "lifetime_summary",
     "rollout",
+    "run_lifetime",
     "start_lifetime",
 ]

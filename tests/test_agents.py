@@ -180,7 +180,7 @@ def bandit():
 @pytest.mark.parametrize(("rule", "normalize_obs"), [("wsls", True), ("bayes", False)])
 def test_bandit_agents_pull_the_arm_the_numpy_rule_picks(bandit, rule, normalize_obs):
     from eqxevo.agents import GreedyBayesAgent, WinStayLoseShiftAgent
-    from eqxevo.rollout import record
+    from eqxevo.trajectory import record
 
     env = bandit("BernoulliBandit-misc", normalize_obs=normalize_obs)
     params = env.default_params()

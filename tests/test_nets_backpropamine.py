@@ -16,8 +16,9 @@ from eqxevo import experiment
 from eqxevo.genome import GenomeLayout
 from eqxevo.nets import MLPPolicy, PlasticMLPPolicy
 from eqxevo.nets.factories import effective_options, mlp
-from eqxevo.rollout import lifetime_step, record, start_lifetime
+from eqxevo.rollout import lifetime_step, start_lifetime
 from eqxevo.testing import check_policy
+from eqxevo.trajectory import record
 
 # -- the NumPy reference ------------------------------------------------------------
 

@@ -21,8 +21,9 @@ from eqxevo import LifetimeFitness, evaluate
 from eqxevo.config import from_dict
 from eqxevo.evaluate import CPU_BLOCK_MAX, block_width, draws_apart
 from eqxevo.experiment import build
-from eqxevo.rollout import DRAW_BLOCK, draw_block, record, rollout
+from eqxevo.rollout import DRAW_BLOCK, draw_block, rollout
 from eqxevo.staging import draws_apart_pay
+from eqxevo.trajectory import record
 
 NETS = {
     "L0": ("chemotaxis", {}),
