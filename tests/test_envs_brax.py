@@ -88,3 +88,23 @@ def test_brax_configs_normalise_observations_by_default():
 def _fitness(built) -> LifetimeFitness:
     assert isinstance(built.fitness, LifetimeFitness)
     return built.fitness
+
+
+@pytest.mark.slow
+def test_the_brax_bench_times_every_side_on_the_same_task():
+    # `eqxevo bench --only brax` at a toy size: all four sides run, and the two
+    # ratios (evolve / BraxProblem, lifetimes / raw loop) are filled in.
+    from eqxevo.bench.brax import brax_comparison
+
+    rows = brax_comparison(
+        quick=True, repeats=1, env="inverted_pendulum", population_size=8
+    )
+    assert [r["side"] for r in rows] == [
+        "eqxevo evolve",
+        "evosax BraxProblem",
+        "eqxevo lifetimes (evaluate)",
+        "raw Brax jit(vmap(scan))",
+    ]
+    assert not [r["skipped"] for r in rows if "skipped" in r]
+    assert all(r["agent_steps_per_s"] > 0 for r in rows)
+    assert rows[1]["eqxevo_over_side"] > 0 and rows[3]["eqxevo_over_side"] > 0

@@ -30,6 +30,7 @@ PARTS: dict[str, str] = {
     "bits": "same bits across batch sizes and device counts",
     "determinism": "the same key twice and two blocks, per layout, with its speed",
     "gymnax": "4 gymnax tasks vs evosax, held-out return (1-2 h)",
+    "brax": "Brax Ant: eqxevo vs evosax's BraxProblem, and vs a raw Brax loop",
 }
 """Every part, in the order a run takes them, with its line of `--help`."""
 
@@ -488,6 +489,14 @@ def _gymnax(options: Options, meta: dict[str, Any]) -> list[dict]:
     return records
 
 
+def _brax(options: Options, meta: dict[str, Any]) -> list[dict]:
+    from .brax import BRAX_COLUMNS, brax_comparison
+
+    say("brax (Ant, spring: eqxevo vs evosax BraxProblem vs a raw Brax loop)...")
+    rows = brax_comparison(quick=options.quick, repeats=options.repeats)
+    return _save(options, meta, "brax", rows, BRAX_COLUMNS)
+
+
 _RUNNERS: dict[str, Callable[[Options, dict[str, Any]], Any]] = {
     "milestones": _milestones,
     "breakdown": _breakdown,
@@ -506,6 +515,7 @@ _RUNNERS: dict[str, Callable[[Options, dict[str, Any]], Any]] = {
     "bits": _bits,
     "determinism": _determinism,
     "gymnax": _gymnax,
+    "brax": _brax,
 }
 
 

@@ -204,6 +204,7 @@ def write_report(results: dict[str, Any], out: Path) -> str:
 def _sections() -> dict[str, Callable[[Any], list[str]]]:
     """Per part, in the report's order: its section, from the part's results."""
     # each table's columns live beside the function that makes its records
+    from .brax import BRAX_COLUMNS
     from .cartpole import CARTPOLE_COLUMNS
     from .determinism import DETERMINISM_COLUMNS
     from .fused import PALLAS_COLUMNS
@@ -231,6 +232,7 @@ def _sections() -> dict[str, Callable[[Any], list[str]]]:
         ),
         "memory": _memory,
         "cartpole": one_table("CartPole", CARTPOLE_COLUMNS),
+        "brax": one_table("Brax (agent-steps/s, wall)", BRAX_COLUMNS),
         "bits": _bits,
         "determinism": one_table(
             "The same key twice, per layout (evaluate; agent-steps/s, wall)",

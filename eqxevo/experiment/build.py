@@ -223,7 +223,9 @@ class Built:
         (`run.lifetimes_per_fitness` averages training lifetimes only; held-out
         evaluation averages `run.eval_episodes` lifetimes of its own)."""
         fitness = self.fitness
-        if isinstance(fitness, LifetimeFitness):
+        if isinstance(fitness, LifetimeFitness) and (
+            fitness.lifetimes != 1 or fitness.normalize_obs
+        ):
             # With observation normalisation the held-out agent carries its
             # frozen moments (`heldout_genomes`): the fitness tracks nothing.
             return dataclasses.replace(fitness.frozen(), lifetimes=1)
