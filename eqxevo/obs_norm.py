@@ -8,6 +8,7 @@ updated, frozen and saved.
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from ._types import Array, Float, PRNGKey, Scalar
@@ -46,9 +47,22 @@ class ObsMoments(eqx.Module):
         w = jnp.asarray(weight, jnp.float32)
         count = self.count + w
         delta = obs - self.mean
-        mean = self.mean + w * delta / jnp.maximum(count, 1.0)
-        m2 = self.m2 + w * delta * (obs - mean)
-        return ObsMoments(count, mean, m2)
+        # Each increment is computed before it is added (an optimisation
+        # barrier): XLA would otherwise contract the multiply-adds into FMAs in
+        # some programs and not others (a lifetime scanned whole or in chunks,
+        # `_until_done`), and the moments would differ in their last bits.
+        # A reciprocal, then products: XLA rewrites a division by a broadcast
+        # value into such a product in some programs (not in others).
+        inverse = 1.0 / jnp.maximum(count, 1.0)
+        step = jax.lax.optimization_barrier(w * delta * inverse)
+        mean = self.mean + step
+        spread = jax.lax.optimization_barrier(w * delta * (obs - mean))
+        m2 = self.m2 + spread
+        # weight 0 leaves them exactly (0 * a non-finite observation would not)
+        keep = w == 0
+        return ObsMoments(
+            count, jnp.where(keep, self.mean, mean), jnp.where(keep, self.m2, m2)
+        )
 
     def merge(self, other: "ObsMoments") -> "ObsMoments":
         """The moments of both sets of observations (Chan et al.'s pairwise form)."""

@@ -261,9 +261,13 @@ def lifetime_step(
         num_episodes=carry.num_episodes + (done & active).astype(jnp.int32),
         steps_alive=carry.steps_alive + (~first_done_seen).astype(jnp.int32),
         steps=carry.steps + active.astype(jnp.int32),
+        # a select, not a weight: a frozen step leaves the sums exactly as they
+        # are (0 * a non-finite info would not), so a lifetime may stop early
         info_sums={
-            k: carry.info_sums[k] + weight * jnp.asarray(info[k], jnp.float32)
-            for k in carry.info_sums
+            k: jnp.where(
+                active, carry.info_sums[k] + jnp.asarray(info[k], jnp.float32), v
+            )
+            for k, v in carry.info_sums.items()
         },
         obs_moments=None
         if carry.obs_moments is None
@@ -310,9 +314,13 @@ def run_lifetime(
     keep_steps: bool = False,
     block: int = 1,
     track_obs: bool = False,
+    exit_early: bool = True,
 ) -> tuple[LifetimeCarry, Any]:
     """The scan both `rollout` and `record` run; with `keep_steps`, also the
-    environment's first state and every step's record."""
+    environment's first state and every step's record. A lifetime of one
+    episode of at least `2 * EXIT_CHUNK` steps runs in chunks and, with
+    `exit_early`, stops after the chunk in which its episode ended
+    (`_until_done`)."""
     num_steps = positive_int("num_steps", num_steps)
     carry, keys = start_lifetime(policy, env, env_params, key, track_obs)
     first_state = carry.env_state
@@ -331,20 +339,64 @@ def run_lifetime(
         # Dropping the record here keeps memory flat in T: nothing is stacked.
         return carry, step if keep_steps else None
 
-    if block == 1:
-        carry, steps = jax.lax.scan(body, carry, length=num_steps)
-        return carry, (first_state, steps) if keep_steps else None
-
     def block_body(carry: LifetimeCarry, first: Array) -> tuple[Any, Any]:
         steps = first + jnp.arange(block, dtype=first.dtype)
         draws = block_draws(env, env_params, keys, steps, reset_on_done)
         return jax.lax.scan(body, carry, draws)
 
-    starts = jnp.arange(0, num_steps, block, dtype=jnp.int32)
-    carry, steps = jax.lax.scan(block_body, carry, starts)
-    if keep_steps:  # [T / S, S, ...] -> [T, ...]
-        steps = jtu.tree_map(lambda x: x.reshape(num_steps, *x.shape[2:]), steps)
-    return carry, (first_state, steps) if keep_steps else None
+    def steps_from(carry: LifetimeCarry, first: Array, count: int) -> tuple[Any, Any]:
+        # `count` steps from step index `first` (a multiple of `block`)
+        if block == 1:
+            return jax.lax.scan(body, carry, length=count)
+        starts = first + jnp.arange(0, count, block, dtype=jnp.int32)
+        return jax.lax.scan(block_body, carry, starts)
+
+    if keep_steps or reset_on_done or num_steps < 2 * EXIT_CHUNK:
+        carry, steps = steps_from(carry, jnp.int32(0), num_steps)
+        if keep_steps and block > 1:  # [T / S, S, ...] -> [T, ...]
+            steps = jtu.tree_map(lambda x: x.reshape(num_steps, *x.shape[2:]), steps)
+        return carry, (first_state, steps) if keep_steps else None
+    return _until_done(carry, num_steps, block, steps_from, exit_early), None
+
+
+EXIT_CHUNK = 64
+"""A lifetime of one episode (`reset_on_done=False`) runs in chunks of about
+this many steps and stops after the chunk in which its episode ended
+(`_until_done`)."""
+
+
+def _until_done(
+    carry: LifetimeCarry,
+    num_steps: int,
+    block: int,
+    steps_from: Any,
+    exit_early: bool = True,
+) -> LifetimeCarry:
+    """The steps of a one-episode lifetime in chunks of about `EXIT_CHUNK`
+    steps (a multiple of `block`), then the remainder; with `exit_early`, no
+    chunk runs once the episode has ended. After the episode's `done` a step
+    changes nothing but the step index (the environment, the policy and every
+    sum are frozen, by selects), and the chunks are one computation whether or
+    not the loop exits early, so the result has the bits of every chunk run
+    (`exit_early=False`); the step index is set to `num_steps`, as running them
+    all leaves it. Under `vmap` the chunks run while any lifetime of the batch
+    is active."""
+    chunk = max(block, EXIT_CHUNK // block * block)
+    chunks, rest = divmod(num_steps, chunk)
+
+    def more(state: tuple[Array, LifetimeCarry]) -> Array:
+        i, carry = state
+        return (i < chunks) & (carry.active | (not exit_early))
+
+    def run_chunk(state: tuple[Array, LifetimeCarry]) -> tuple[Array, LifetimeCarry]:
+        i, carry = state
+        carry, _ = steps_from(carry, i * chunk, chunk)
+        return i + 1, carry
+
+    _, carry = jax.lax.while_loop(more, run_chunk, (jnp.int32(0), carry))
+    if rest:
+        carry, _ = steps_from(carry, jnp.int32(chunks * chunk), rest)
+    return dataclasses.replace(carry, t=jnp.asarray(num_steps, carry.t.dtype))
 
 
 @eqx.filter_jit
