@@ -4,7 +4,7 @@ lifetime against a raw Brax `jit(vmap(scan))` at the same batch.
 The sides and what they share: docs/performance.md, "How the harness measures".
 """
 
-import time
+import functools
 import warnings
 from typing import Any
 
@@ -17,6 +17,7 @@ from ..config import from_dict
 from ..envs.brax import BraxEnv
 from ..evaluate import evaluate
 from ..experiment import build
+from .common import compare_sides, evosax_loop, time_call
 from .milestones import sample_population, time_evolve
 
 HIDDEN = 32
@@ -51,19 +52,6 @@ def _experiment(env: str, backend: str, population_size: int, num_steps: int) ->
     )
 
 
-def _median_time(fn: Any, repeats: int) -> tuple[float, float]:
-    """`(first call's seconds, median of `repeats` later calls)`."""
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    first = time.perf_counter() - start
-    walls = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        walls.append(time.perf_counter() - start)
-    return first, sorted(walls)[len(walls) // 2]
-
-
 def eqxevo_brax(
     env: str, backend: str, population_size: int, num_steps: int, **kw: Any
 ) -> dict[str, Any]:
@@ -87,7 +75,7 @@ def eqxevo_lifetimes(
     built = build(_experiment(env, backend, population_size, num_steps))
     population = sample_population(built)
     call = eqx.filter_jit(lambda key, pop: evaluate(key, built.fitness, pop)[0])
-    first, wall = _median_time(lambda: call(jr.key(0), population), kw["repeats"])
+    first, wall, _ = time_call(lambda: call(jr.key(0), population), kw["repeats"])
     return {
         "side": "eqxevo lifetimes (evaluate)",
         "compile_s": max(first - wall, 0.0),
@@ -133,7 +121,7 @@ def raw_brax(
 
     with jax.numpy_dtype_promotion("standard"):
         call = jax.jit(jax.vmap(lifetime, in_axes=(0, None)))
-        first, wall = _median_time(lambda: call(layers, jr.key(0)), kw["repeats"])
+        first, wall, _ = time_call(lambda: call(layers, jr.key(0)), kw["repeats"])
     return {
         "side": "raw Brax jit(vmap(scan))",
         "compile_s": max(first - wall, 0.0),
@@ -155,33 +143,15 @@ def evosax_brax(
     policy = MLP(
         layer_sizes=(HIDDEN, HIDDEN, brax_env.action_size), output_fn=tanh_output_fn
     )
-    with jax.numpy_dtype_promotion("standard"):
-        problem = BraxProblem(
-            env, policy, episode_length=num_steps, env_kwargs={"backend": backend}
-        )
-        key = jr.key(0)
-        solution = problem.sample(key)
-        strategy = Open_ES(population_size=population_size, solution=solution)
-        params = strategy.default_params
-        state = strategy.init(key, jax.tree.map(jnp.zeros_like, solution), params)
-        problem_state = problem.init(key)
-        ask, tell = jax.jit(strategy.ask), jax.jit(strategy.tell)
-
-        def generations(count: int) -> Any:
-            nonlocal state, problem_state
-            k = key
-            for _ in range(count):
-                k, ask_key, eval_key, tell_key = jr.split(k, 4)
-                population, state = ask(ask_key, state, params)
-                fitness, problem_state, _ = problem.eval(
-                    eval_key, population, problem_state
-                )
-                state, _ = tell(tell_key, population, -fitness, state, params)
-            return state
-
-        first, wall = _median_time(
-            lambda: generations(kw["generations"]), kw["repeats"]
-        )
+    problem = BraxProblem(
+        env, policy, episode_length=num_steps, env_kwargs={"backend": backend}
+    )
+    key = jr.key(0)
+    solution = problem.sample(key)
+    strategy = Open_ES(population_size=population_size, solution=solution)
+    generations = evosax_loop(strategy, problem, key, solution)
+    count = kw["generations"]
+    first, wall, _ = time_call(lambda: generations(count), kw["repeats"])
     generation_s = wall / kw["generations"]
     return {
         "side": "evosax BraxProblem",
@@ -205,31 +175,24 @@ def brax_comparison(
     population_size = population_size or (16 if quick else 256)
     num_steps = 20 if quick else 1000
     args = {"generations": 2 if quick else 3, "repeats": repeats}
-    rows: list[dict[str, Any]] = []
-    for side, fn in (
+    sides = (
         ("eqxevo evolve", eqxevo_brax),
         ("evosax BraxProblem", evosax_brax),
         ("eqxevo lifetimes (evaluate)", eqxevo_lifetimes),
         ("raw Brax jit(vmap(scan))", raw_brax),
-    ):
-        row: dict[str, Any]
-        try:
-            # Brax (in evosax's problem too) warns that it is unmaintained and is
-            # not written for strict dtype promotion.
-            with warnings.catch_warnings(), jax.numpy_dtype_promotion("standard"):
-                warnings.filterwarnings("ignore", "Brax System", UserWarning)
-                row = fn(env, backend, population_size, num_steps, **args)
-        except ImportError as err:
-            row = {"side": side, "skipped": f"cannot import: {err}"}
-        except Exception as err:  # report it, time the others
-            row = {"side": side, "skipped": f"failed: {type(err).__name__}: {err}"}
-        row.update(
-            env=env,
-            backend=backend,
-            population_size=population_size,
-            lifetime=num_steps,
-        )
-        rows.append(row)
+    )
+
+    def measure(fn: Any) -> dict[str, Any]:
+        # Brax (in evosax's problem too) warns that it is unmaintained and is
+        # not written for strict dtype promotion.
+        with warnings.catch_warnings(), jax.numpy_dtype_promotion("standard"):
+            warnings.filterwarnings("ignore", "Brax System", UserWarning)
+            return fn(env, backend, population_size, num_steps, **args)
+
+    rows = compare_sides([(side, functools.partial(measure, fn)) for side, fn in sides])
+    for row in rows:
+        row.update(env=env, backend=backend, lifetime=num_steps)
+        row["population_size"] = population_size
     for ours, theirs in ((rows[0], rows[1]), (rows[2], rows[3])):
         if ours.get("agent_steps_per_s") and theirs.get("agent_steps_per_s"):
             theirs["eqxevo_over_side"] = (

@@ -4,6 +4,7 @@ The sides and what they share: docs/performance.md, "How the harness measures".
 """
 
 import contextlib
+import functools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +14,7 @@ import jax.random as jr
 
 from ..config import from_dict
 from ..experiment import build
+from .common import compare_sides, evosax_loop, time_call
 from .milestones import time_evolve
 
 HIDDEN = 32
@@ -75,39 +77,13 @@ def evosax_cartpole(
     key = jr.key(0)
     solution = problem.sample(key)
     strategy = SNES(population_size=population_size, solution=solution)
-    params = strategy.default_params
-    state = strategy.init(key, solution, params)
-    problem_state = problem.init(key)
-
-    ask = jax.jit(strategy.ask)
-    tell = jax.jit(strategy.tell)
-
-    def generations(state: Any, problem_state: Any, count: int) -> Any:
-        k = key
-        for _ in range(count):
-            k, ask_key, eval_key, tell_key = jr.split(k, 4)
-            population, state = ask(ask_key, state, params)
-            fitness, problem_state, _ = problem.eval(
-                eval_key, population, problem_state
-            )
-            state, _ = tell(tell_key, population, -fitness, state, params)
-        return state, problem_state
-
-    start = time.perf_counter()
-    # three generations: the state after `tell` may differ in weak types from
-    # `init`'s, which compiles `ask` and `tell` once more
-    jax.block_until_ready(generations(state, problem_state, 3))
-    first = time.perf_counter() - start
-    walls = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(generations(state, problem_state, num_generations))
-        walls.append((time.perf_counter() - start) / num_generations)
-    generation_s = sorted(walls)[len(walls) // 2]
+    generations = evosax_loop(strategy, problem, key, solution)
+    first, wall, _ = time_call(lambda: generations(num_generations), repeats)
+    generation_s = wall / num_generations
     return {
         "side": "evosax GymnaxProblem",
         "devices": 1,
-        "compile_s": max(first - 3 * generation_s, 0.0),
+        "compile_s": max(first - wall, 0.0),
         "generation_s": generation_s,
         "agent_steps_per_s": population_size * num_steps / generation_s,
     }
@@ -199,26 +175,28 @@ def cartpole_comparison(
     """All three sides; each record gets `eqxevo_over_side` (eqxevo's speed-up)."""
     population_size, num_steps = (32, 100) if quick else (256, 500)
     generations = 2 if quick else 3
-    rows: list[dict[str, Any]] = []
-    for side, fn in (
+    sides = (
         ("eqxevo", eqxevo_cartpole),
         ("evosax GymnaxProblem", evosax_cartpole),
         ("EvoJAX SimManager", evojax_cartpole),
-    ):
-        row: dict[str, Any]
-        try:
-            row = fn(
-                population_size,
-                num_steps,
-                num_generations=generations,
-                repeats=repeats,
+    )
+    rows = compare_sides(
+        [
+            (
+                side,
+                functools.partial(
+                    fn,
+                    population_size,
+                    num_steps,
+                    num_generations=generations,
+                    repeats=repeats,
+                ),
             )
-        except ImportError as err:
-            row = {"side": side, "skipped": f"cannot import: {err}"}
-        except Exception as err:  # report it, time the others
-            row = {"side": side, "skipped": f"failed: {type(err).__name__}: {err}"}
+            for side, fn in sides
+        ]
+    )
+    for row in rows:
         row["population_size"], row["lifetime"] = population_size, num_steps
-        rows.append(row)
     if jax.device_count() > 1:
         # the one-device figure too: evosax's problem cannot use more
         one = eqxevo_cartpole(

@@ -53,6 +53,49 @@ def time_call(fn: Callable[[], Any], repeats: int) -> tuple[float, float, float]
     return compile_s, statistics.median(walls), statistics.median(cpus)
 
 
+def evosax_loop(
+    strategy: Any, problem: Any, key: Any, solution: Any
+) -> Callable[[int], Any]:
+    """`generations(count)`: `count` generations of an evosax strategy on an
+    evosax problem (jitted ask and tell, the problem's own `eval`), as evosax's
+    examples run them; each call carries on from the last."""
+    params = strategy.default_params
+    state = strategy.init(key, solution, params)
+    problem_state = problem.init(key)
+    ask, tell = jax.jit(strategy.ask), jax.jit(strategy.tell)
+
+    def generations(count: int) -> Any:
+        nonlocal state, problem_state
+        k = key
+        for _ in range(count):
+            k, ask_key, eval_key, tell_key = jax.random.split(k, 4)
+            population, state = ask(ask_key, state, params)
+            fitness, problem_state, _ = problem.eval(
+                eval_key, population, problem_state
+            )
+            state, _ = tell(tell_key, population, -fitness, state, params)
+        return state
+
+    return generations
+
+
+def compare_sides(
+    sides: Sequence[tuple[str, Callable[[], dict[str, Any]]]],
+) -> list[dict[str, Any]]:
+    """Each side's record; a side that cannot be imported or fails is a record
+    with `skipped` saying why, and the others still run."""
+    rows: list[dict[str, Any]] = []
+    for side, measure in sides:
+        try:
+            row = measure()
+        except ImportError as err:
+            row = {"side": side, "skipped": f"cannot import: {err}"}
+        except Exception as err:  # report it, time the others
+            row = {"side": side, "skipped": f"failed: {type(err).__name__}: {err}"}
+        rows.append(row)
+    return rows
+
+
 def steady_times(
     calls: dict[str, Callable[[int], Any]], num_generations: int, repeats: int
 ) -> dict[str, dict[str, float]]:
@@ -199,6 +242,8 @@ def write_records(
 
 __all__ = [
     "add_record",
+    "compare_sides",
+    "evosax_loop",
     "fmt",
     "machine_info",
     "peak_memory",
