@@ -12,7 +12,7 @@ import pytest
 from helpers import tree_equal
 
 import eqxevo
-from eqxevo.envs import BraxEnv, Chemotaxis, GymnaxEnv
+from eqxevo.envs import BraxEnv, Chemotaxis
 from eqxevo.nets.factories import mlp
 from eqxevo.rollout import EXIT_CHUNK, lifetime_summary, run_lifetime
 
@@ -50,11 +50,6 @@ def _lifetimes(env, population, exit_early, track_obs):
         pytest.param(
             functools.partial(BraxEnv, "inverted_pendulum", backend="spring"),
             id="brax-pendulum",
-            marks=pytest.mark.slow,
-        ),
-        pytest.param(
-            functools.partial(GymnaxEnv, "CartPole-v1"),
-            id="gymnax-cartpole",
             marks=pytest.mark.slow,
         ),
         pytest.param(Chemotaxis, id="chemotaxis"),
