@@ -14,6 +14,7 @@ import jax.tree_util as jtu
 
 from ._checks import positive_int
 from ._types import Array, PRNGKey, PRNGKeys, Scalar
+from .early_exit import EXIT_CHUNK, until_done
 from .envs.base import AbstractEnv, EnvParams, noise_apart
 from .nets.base import AbstractPolicy
 from .obs_norm import ObsMoments, RunningObs, merge_stacked, normalized
@@ -320,7 +321,7 @@ def run_lifetime(
     environment's first state and every step's record. A lifetime of one
     episode of at least `2 * EXIT_CHUNK` steps runs in chunks and, with
     `exit_early`, stops after the chunk in which its episode ended
-    (`_until_done`)."""
+    (`eqxevo.early_exit.until_done`)."""
     num_steps = positive_int("num_steps", num_steps)
     carry, keys = start_lifetime(policy, env, env_params, key, track_obs)
     first_state = carry.env_state
@@ -356,47 +357,7 @@ def run_lifetime(
         if keep_steps and block > 1:  # [T / S, S, ...] -> [T, ...]
             steps = jtu.tree_map(lambda x: x.reshape(num_steps, *x.shape[2:]), steps)
         return carry, (first_state, steps) if keep_steps else None
-    return _until_done(carry, num_steps, block, steps_from, exit_early), None
-
-
-EXIT_CHUNK = 64
-"""A lifetime of one episode (`reset_on_done=False`) runs in chunks of about
-this many steps and stops after the chunk in which its episode ended
-(`_until_done`)."""
-
-
-def _until_done(
-    carry: LifetimeCarry,
-    num_steps: int,
-    block: int,
-    steps_from: Any,
-    exit_early: bool = True,
-) -> LifetimeCarry:
-    """The steps of a one-episode lifetime in chunks of about `EXIT_CHUNK`
-    steps (a multiple of `block`), then the remainder; with `exit_early`, no
-    chunk runs once the episode has ended. After the episode's `done` a step
-    changes nothing but the step index (the environment, the policy and every
-    sum are frozen, by selects), and the chunks are one computation whether or
-    not the loop exits early, so the result has the bits of every chunk run
-    (`exit_early=False`); the step index is set to `num_steps`, as running them
-    all leaves it. Under `vmap` the chunks run while any lifetime of the batch
-    is active."""
-    chunk = max(block, EXIT_CHUNK // block * block)
-    chunks, rest = divmod(num_steps, chunk)
-
-    def more(state: tuple[Array, LifetimeCarry]) -> Array:
-        i, carry = state
-        return (i < chunks) & (carry.active | (not exit_early))
-
-    def run_chunk(state: tuple[Array, LifetimeCarry]) -> tuple[Array, LifetimeCarry]:
-        i, carry = state
-        carry, _ = steps_from(carry, i * chunk, chunk)
-        return i + 1, carry
-
-    _, carry = jax.lax.while_loop(more, run_chunk, (jnp.int32(0), carry))
-    if rest:
-        carry, _ = steps_from(carry, jnp.int32(chunks * chunk), rest)
-    return dataclasses.replace(carry, t=jnp.asarray(num_steps, carry.t.dtype))
+    return until_done(carry, num_steps, block, steps_from, exit_early), None
 
 
 @eqx.filter_jit

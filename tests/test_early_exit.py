@@ -12,9 +12,10 @@ import pytest
 from helpers import tree_equal
 
 import eqxevo
+from eqxevo.early_exit import EXIT_CHUNK
 from eqxevo.envs import BraxEnv, Chemotaxis
 from eqxevo.nets.factories import mlp
-from eqxevo.rollout import EXIT_CHUNK, lifetime_summary, run_lifetime
+from eqxevo.rollout import lifetime_summary, run_lifetime
 
 STEPS = 3 * EXIT_CHUNK + 17  # chunks and a remainder
 
