@@ -88,7 +88,7 @@ class EnvConfig:
     name: str = _spec(
         "chemotaxis",
         help="chemotaxis | foraging | long_horizon | bandit | reversal_bandit | "
-        "cue_reward | gymnax:<id> | brax:<name> | module:Class",
+        "cue_reward | gymnax:<id> | brax:<name> | playground:<name> | module:Class",
     )
     params: Mapping[str, Any] = _spec(
         factory=dict, help="overrides of the environment's default params"

@@ -235,8 +235,8 @@ ENVS: dict[str, str] = {
     "long_horizon": "eqxevo.envs.long_horizon:LongHorizon",
     "reversal_bandit": "eqxevo.envs.bandits:ReversalBandit",
 }
-"""Environments by name; `env.name` may also be "gymnax:<id>", "brax:<name>" or
-"module:Class"."""
+"""Environments by name; `env.name` may also be "gymnax:<id>", "brax:<name>",
+"playground:<name>" or "module:Class"."""
 
 NETS: dict[str, str] = {
     "sparse_rate": "eqxevo.nets.factories:sparse_rate",
@@ -270,7 +270,11 @@ def _lookup(kind: str, name: str, table: dict[str, str]) -> Any:
         f"{kind}.name = {name!r} is unknown"
         + did_you_mean(name, table, quote=True)
         + f"; built in: {', '.join(sorted(table))}, or 'package.module:Class'"
-        + (", 'gymnax:<environment id>' or 'brax:<name>'" if kind == "env" else "")
+        + (
+            ", 'gymnax:<environment id>', 'brax:<name>' or 'playground:<name>'"
+            if kind == "env"
+            else ""
+        )
     )
 
 
@@ -283,19 +287,30 @@ def lookup_env(name: str) -> tuple[Any, dict[str, Any]]:
     if name.startswith("gymnax:"):
         constructor = import_object("eqxevo.envs.gymnax:GymnaxEnv", "env.name")
         return constructor, {"name": _gymnax_id(name)}
-    if name.startswith("brax:"):
-        constructor = import_object("eqxevo.envs.brax:BraxEnv", "env.name")
-        return constructor, {"name": _brax_name(name)}
+    for prefix, (spec, check) in _PHYSICS.items():
+        if name.startswith(prefix):
+            constructor = import_object(spec, "env.name")
+            return constructor, {"name": _physics_name(name, check)}
     return _lookup("env", name, ENVS), {}
 
 
-def _brax_name(name: str) -> str:
-    """The name of `"brax:<name>"`; a `ConfigError` with a close match if Brax
-    does not register it, or with the install command if Brax is missing."""
-    from .envs.brax import check_brax_name  # imports brax itself only when called
+_PHYSICS = {
+    "brax:": ("eqxevo.envs.brax:BraxEnv", "eqxevo.envs.brax:check_brax_name"),
+    "playground:": (
+        "eqxevo.envs.playground:PlaygroundEnv",
+        "eqxevo.envs.playground:check_playground_name",
+    ),
+}
+"""Physics environments by prefix: their class and their name check (which
+imports the library itself only when called)."""
 
+
+def _physics_name(name: str, check: str) -> str:
+    """The name of `"brax:<name>"` or `"playground:<name>"`; a `ConfigError`
+    with a close match if the library does not have it, or with the install
+    command if the library is missing."""
     try:
-        return check_brax_name(name.split(":", 1)[1])
+        return import_object(check, "env.name")(name.split(":", 1)[1])
     except (ImportError, ValueError) as err:
         raise ConfigError(f"env.name = {name!r}: {err}") from None
 
@@ -502,6 +517,10 @@ def catalogue() -> str:
             lines.append(row)
     lines.append("  gymnax:<id>: any gymnax environment (the rl extra)")
     lines.append("  brax:<name>: any Brax environment (the brax extra)")
+    lines.append(
+        "  playground:<name>: MuJoCo Playground's DM Control suite (the "
+        "playground extra)"
+    )
     lines.append("")
     lines.append(
         "Strategies ([strategy] name = ...): `eqxevo strategies` lists every "

@@ -59,6 +59,45 @@ def tree_equal(a, b) -> bool:
     return True
 
 
+def whole_and_resumed(strategy, fitness, key, generations, first=1):
+    """`evolve` run whole for `generations`, and the same run stopped after
+    `first` and resumed from its state: `(whole, resumed)` results."""
+    import eqxevo  # here: sharding_worker imports this module before its hook
+
+    whole = eqxevo.evolve(key, strategy, fitness, num_generations=generations)
+    part = eqxevo.evolve(key, strategy, fitness, num_generations=first)
+    resumed = eqxevo.evolve(
+        key, strategy, fitness, num_generations=generations - first, state=part.state
+    )
+    return whole, resumed
+
+
+def check_physics_step(env, action_size, episode_length):
+    """A physics environment (`eqxevo.envs.physics.PhysicsEnv`) truncates after
+    `episode_length` zero-action steps, and a NaN action ends the episode with a
+    NaN reward, counted in `info["nonfinite"]`; returns the rewards."""
+    params = env.default_params()
+    _, first = jax.jit(env.reset)(jr.key(0), params)
+    step = jax.jit(env.step)
+    state, dones, truncated, rewards = first, [], [], []
+    for t in range(episode_length):
+        _, state, reward, done, info = step(
+            jr.key(t), state, jnp.zeros(action_size), params
+        )
+        dones.append(bool(done))
+        truncated.append(float(info["truncated"]))
+        rewards.append(float(reward))
+        assert float(info["nonfinite"]) == 0.0
+    ends = [False] * (episode_length - 1) + [True]
+    assert dones == ends and truncated == [float(e) for e in ends]
+    _, _, reward, done, info = step(
+        jr.key(0), first, jnp.full(action_size, jnp.nan), params
+    )
+    assert bool(done) and np.isnan(float(reward))
+    assert float(info["nonfinite"]) == 1.0 and float(info["terminated"]) == 1.0
+    return rewards
+
+
 def lifetime(genome, key, steps=6):
     """A small scanned lifetime with per-step noise and an aux summary."""
 

@@ -166,6 +166,27 @@ def strangers(mesh: Any) -> Any:
     return {"state": runs.state, "history": runs.history}
 
 
+def physics(mesh: Any) -> Any:
+    """A Brax environment (spring inverted_pendulum: falls end episodes) with
+    observation normalisation on, CMA_ES over an MLP, micro-batches of 2."""
+    from eqxevo.envs import BraxEnv
+    from eqxevo.nets.factories import mlp as mlp_policy
+    from eqxevo.rollout import LifetimeFitness
+
+    env = BraxEnv("inverted_pendulum", backend="spring", episode_length=20)
+    genome = mlp_policy(env.obs_size, env.action_size, 8, 1, key=jr.key(0))
+    fitness = LifetimeFitness(env, env.default_params(), 30, normalize_obs=True)
+    result = eqxevo.evolve(
+        jr.key(6),
+        eqxevo.Strategy("CMA_ES", genome, POPULATION),
+        fitness,
+        num_generations=2,
+        batch_size=2,
+        mesh=mesh,
+    )
+    return {"state": result.state, "history": result.history}
+
+
 # Each program compiles per mesh, and compilation is what these runs cost: every
 # algorithm, batching (seeds, runs, micro-batches), fitness kind and genome kind
 # appears once, folded into few scenarios (SNES in the built-ins, Sep_CMA_ES in
@@ -175,6 +196,7 @@ SCENARIOS: dict[str, Callable[[Any], Any]] = {
     "evaluate": evaluate_once,
     **{f"builtin/{name}": functools.partial(builtin, name) for name in BUILTINS},
     "strangers": strangers,
+    "physics": physics,
 }
 
 # What processes joined by `jax.distributed` run. Their mesh of 4 devices gives

@@ -1,12 +1,11 @@
 """The Brax adapter: the protocol, names and options, truncation, actions on the
 actuators' ranges, non-finite states, and observation normalisation by default."""
 
-import jax
-import jax.numpy as jnp
 import jax.random as jr
-import numpy as np
 import pytest
+from helpers import check_physics_step, tree_equal, whole_and_resumed
 
+import eqxevo
 from eqxevo import config
 from eqxevo.config import ConfigError
 from eqxevo.envs import BraxEnv
@@ -28,32 +27,14 @@ def test_brax_environment_meets_the_protocol(pendulum):
     assert (pendulum.obs_size, pendulum.action_size) == (4, 1)
 
 
-def test_episode_is_truncated_after_episode_length_steps(pendulum):
-    params = pendulum.default_params()
-    _, state = pendulum.reset(jr.key(0), params)
-    step = jax.jit(pendulum.step)
-    dones, truncated = [], []
-    for t in range(3):
-        _, state, reward, done, info = step(jr.key(t), state, jnp.zeros(1), params)
-        dones.append(bool(done))
-        truncated.append(float(info["truncated"]))
-        assert float(reward) == 1.0 and float(info["nonfinite"]) == 0.0
-    assert dones == [False, False, True] and truncated == [0.0, 0.0, 1.0]
+def test_episodes_truncate_and_a_non_finite_state_ends_one(pendulum):
+    rewards = check_physics_step(pendulum, action_size=1, episode_length=3)
+    assert rewards == [1.0, 1.0, 1.0]  # +1 per step while the pole is up
 
 
 def test_actions_span_the_actuators_control_range(pendulum):
     # inverted_pendulum's actuator takes [-3, 3]; Ant's [-1, 1] (identity)
     assert pendulum.action_center == (0.0,) and pendulum.action_scale == (3.0,)
-
-
-def test_a_non_finite_state_ends_the_episode_with_a_nan_reward(pendulum):
-    params = pendulum.default_params()
-    _, state = pendulum.reset(jr.key(0), params)
-    _, _, reward, done, info = jax.jit(pendulum.step)(
-        jr.key(0), state, jnp.array([jnp.nan]), params
-    )
-    assert bool(done) and np.isnan(float(reward))
-    assert float(info["nonfinite"]) == 1.0 and float(info["terminated"]) == 1.0
 
 
 @pytest.mark.parametrize(
@@ -108,3 +89,22 @@ def test_the_brax_bench_times_every_side_on_the_same_task():
     assert not [r["skipped"] for r in rows if "skipped" in r]
     assert all(r["agent_steps_per_s"] > 0 for r in rows)
     assert rows[1]["eqxevo_over_side"] > 0 and rows[3]["eqxevo_over_side"] > 0
+
+
+def test_brax_runs_keep_their_bits_across_batch_sizes_and_resume():
+    # docs/reproducibility.md's rows for Brax (1, 2 and 4 devices, CMA_ES:
+    # test_sharding.py's "physics" scenario): micro-batches and a resumed run
+    # give the bits of the whole population run at once.
+    from eqxevo.nets.factories import mlp
+
+    env = BraxEnv("inverted_pendulum", backend="spring", episode_length=20)
+    genome = mlp(env.obs_size, env.action_size, width=8, depth=1, key=jr.key(0))
+    fitness = LifetimeFitness(env, env.default_params(), 30, normalize_obs=True)
+    strategy = eqxevo.Strategy("Sep_CMA_ES", genome, population_size=8)
+    whole, rest = whole_and_resumed(strategy, fitness, jr.key(2), 3)
+    blocks = eqxevo.evolve(
+        jr.key(2), strategy, fitness, num_generations=3, batch_size=4
+    )
+    assert tree_equal(whole.state, blocks.state)
+    assert tree_equal(whole.history, blocks.history)
+    assert tree_equal(whole.state, rest.state)

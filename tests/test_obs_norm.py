@@ -8,7 +8,12 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
-from helpers import final_state, small_experiment as small, tree_equal
+from helpers import (
+    final_state,
+    small_experiment as small,
+    tree_equal,
+    whole_and_resumed,
+)
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -138,17 +143,59 @@ def _setup(normalize: bool = True):
 def test_evolve_carries_the_moments_and_resumes_bit_identical(algorithm):
     genome, fitness = _setup()
     strategy = eqxevo.Strategy(algorithm, genome, population_size=8)
-    whole = eqxevo.evolve(jr.key(3), strategy, fitness, num_generations=4)
-    first = eqxevo.evolve(jr.key(3), strategy, fitness, num_generations=2)
-    rest = eqxevo.evolve(
-        jr.key(3), strategy, fitness, num_generations=2, state=first.state
-    )
+    whole, rest = whole_and_resumed(strategy, fitness, jr.key(3), 4, first=2)
     assert tree_equal(whole.state, rest.state)
     carry = whole.state.evaluation
     assert isinstance(carry, RunningObs)
     assert float(carry.moments.count) == 4 * 8 * 40  # generations x P x T
     # the histories hold scalars only: the moments stay in the state
     assert not any("obs_moments" in k for k in whole.history)
+
+
+class PermutedPolicy(eqxevo.nets.AbstractPolicy):
+    """A stranger's genome: an eqx.nn.MLP with a float gain and an integer leaf
+    (a permutation of the observation, gathered each step; shared by the
+    population, never evolved)."""
+
+    mlp: eqx.nn.MLP
+    gain: jax.Array
+    order: jax.Array
+    obs_size: int = eqx.field(static=True)
+    action_size: int = eqx.field(static=True)
+
+    def __init__(self, obs_size, action_size, key):
+        self.mlp = eqx.nn.MLP(obs_size, action_size, 8, 1, jnp.tanh, key=key)
+        self.gain = jnp.ones(action_size)
+        self.order = jnp.arange(obs_size, dtype=jnp.int32)[::-1]
+        self.obs_size, self.action_size = obs_size, action_size
+
+    def initial_state(self, key):
+        del key
+        return jnp.zeros(())
+
+    def __call__(self, obs, state):
+        return jnp.tanh(self.gain * self.mlp(obs[self.order])), state
+
+
+@pytest.mark.parametrize("algorithm", ["CMA_ES", "Sep_CMA_ES", "PGPE"])
+def test_genomes_with_int_leaves_carry_the_moments_and_resume_bit_identical(
+    algorithm,
+):
+    env = Chemotaxis()
+    genome = PermutedPolicy(env.obs_size, env.action_size, jr.key(0))
+    fitness = LifetimeFitness(env, env.default_params(), 40, normalize_obs=True)
+    strategy = eqxevo.Strategy(algorithm, genome, population_size=8)
+    whole, rest = whole_and_resumed(strategy, fitness, jr.key(3), 3)
+    assert tree_equal(whole.state, rest.state)
+    assert float(whole.state.evaluation.moments.count) == 3 * 8 * 40
+    best = strategy.best(whole.state)
+    assert best.order.dtype == jnp.int32 and tree_equal(best.order, genome.order)
+    # the agent saved with its moments acts on normalised, then permuted, input
+    agent = NormalizedPolicy(best, whole.state.evaluation.best)
+    obs = jnp.array([3.0, -2.0])
+    state = agent.initial_state(jr.key(0))
+    normalized = whole.state.evaluation.best.normalize(obs)
+    assert tree_equal(agent(obs, state), best(normalized, state))
 
 
 def test_generation_acts_on_the_moments_before_it():

@@ -1,7 +1,8 @@
 """Environments behind one functional, gymnax-compatible protocol: the arena
 milestones L0, L2, L4, any gymnax environment (`GymnaxEnv`, the `rl` extra) and
-any Brax environment (`BraxEnv`, the `brax` extra; Brax is imported when one is
-made).
+any Brax environment (`BraxEnv`, the `brax` extra) and MuJoCo Playground's DM
+Control suite (`PlaygroundEnv`, the `playground` extra); the physics libraries
+are imported when an environment is made.
 """
 
 from typing import Any
@@ -42,6 +43,7 @@ from .long_horizon import (
     LongHorizonState as LongHorizonState,
 )
 from .params import AbstractParams as AbstractParams
+from .playground import PlaygroundEnv as PlaygroundEnv
 from .privileged_view import Privileged as Privileged, privileged as privileged
 
 

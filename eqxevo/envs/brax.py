@@ -4,21 +4,15 @@ See docs/environments.md ("Brax environments") for how observations, actions,
 episodes and non-finite states are adapted.
 """
 
-import contextlib
 import functools
-import io
-import logging
 import warnings
-from typing import Any, ClassVar
+from typing import Any
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from .._checks import did_you_mean
-from .._types import PRNGKey
-from .base import AbstractEnv, Action, Observation, StepResult, strong_arrays
+from .physics import PhysicsEnv, check_episode_length, control_bounds, quiet_import
 
 INSTALL = 'pip install "eqxevo[brax]"'
 """The command that installs what `BraxEnv` needs."""
@@ -26,27 +20,12 @@ INSTALL = 'pip install "eqxevo[brax]"'
 
 @functools.cache
 def _brax_envs() -> Any:
-    # Importing mujoco's MJX prints two lines about the optional `warp` package,
-    # and Brax warns on every model it loads that it is no longer maintained:
-    # neither is actionable for an eqxevo user.
-    quiet = io.StringIO()
-    try:
-        with (
-            contextlib.redirect_stdout(quiet),
-            contextlib.redirect_stderr(quiet),
-            warnings.catch_warnings(),
-        ):
-            warnings.simplefilter("ignore")
-            logging.disable(logging.WARNING)
-            try:
-                import brax.envs as brax_envs
-            finally:
-                logging.disable(logging.NOTSET)
-    except ImportError as err:
-        raise ImportError(
-            f"Brax environments need brax, an optional dependency: {INSTALL} ({err})"
-        ) from err
-    return brax_envs
+    def load() -> Any:
+        import brax.envs as brax_envs
+
+        return brax_envs
+
+    return quiet_import(load, INSTALL, "Brax environments")
 
 
 BACKENDS = ("mjx", "spring", "positional", "generalized")
@@ -87,18 +66,7 @@ def _make(name: str, backend: str, kwargs: tuple[tuple[str, Any], ...]) -> Any:
             ) from err
 
 
-class BraxParams(eqx.Module):
-    """A Brax environment's params: none (its options are fixed at construction)."""
-
-
-class BraxState(eqx.Module):
-    """A Brax episode: Brax's own state and the steps taken in this episode."""
-
-    inner: Any
-    steps: jax.Array
-
-
-class BraxEnv(AbstractEnv):
+class BraxEnv(PhysicsEnv):
     """A Brax environment, by name, as an eqxevo `AbstractEnv`.
 
     Arguments:
@@ -112,11 +80,8 @@ class BraxEnv(AbstractEnv):
         **kwargs: the environment's own keyword arguments (e.g. Ant's
             `ctrl_cost_weight`), passed to `brax.envs.get_environment`.
 
-    A policy's action, clipped to [-1, 1], spans each actuator's control range.
-    A step whose state is not finite (the physics blew up) ends the episode;
-    its reward, and so the lifetime's fitness, is NaN, which `evolve` ranks
-    worst and counts (`num_nonfinite`); the step's info says so
-    (`nonfinite`).
+    Actions, episodes and non-finite states are adapted as `PhysicsEnv`
+    describes.
 
     Example:
         >>> env = BraxEnv("inverted_pendulum")
@@ -132,9 +97,6 @@ class BraxEnv(AbstractEnv):
     action_center: tuple[float, ...] = eqx.field(static=True)
     action_scale: tuple[float, ...] = eqx.field(static=True)
 
-    # Unscaled positions and velocities: `run.normalize_obs = "auto"` is on.
-    normalizes_obs: ClassVar[bool] = True
-
     def __init__(
         self,
         name: str,
@@ -149,17 +111,9 @@ class BraxEnv(AbstractEnv):
                 f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}"
                 + did_you_mean(str(backend), BACKENDS, quote=True)
             )
-        if (
-            isinstance(episode_length, bool)
-            or not isinstance(episode_length, int)
-            or episode_length < 1
-        ):
-            raise ValueError(
-                f"episode_length must be an int >= 1; got {episode_length!r}"
-            )
         self.name = check_brax_name(name)
         self.backend = backend
-        self.episode_length = episode_length
+        self.episode_length = check_episode_length(episode_length)
         self.kwargs = tuple(sorted(kwargs.items()))
         env = _make(self.name, backend, self.kwargs)
         with jax.numpy_dtype_promotion("standard"):  # Brax's sizes trace a reset
@@ -167,58 +121,18 @@ class BraxEnv(AbstractEnv):
             self.action_size = int(env.action_size)
         # A policy's [-1, 1] spans each actuator's control range (inverted
         # pendulum's is [-3, 3]; most are [-1, 1], where the map is the identity).
-        bounds = np.asarray(env.sys.actuator.ctrl_range, np.float64).reshape(-1, 2)
-        if bounds.shape[0] != self.action_size or not np.all(np.isfinite(bounds)):
-            bounds = np.tile([-1.0, 1.0], (self.action_size, 1))
-        self.action_center = tuple(float(x) for x in bounds.mean(axis=1))
-        self.action_scale = tuple(float(x) for x in (bounds[:, 1] - bounds[:, 0]) / 2)
+        self.action_center, self.action_scale = control_bounds(
+            env.sys.actuator.ctrl_range, self.action_size
+        )
 
     @property
     def brax_env(self) -> Any:
         """The wrapped Brax environment object."""
         return _make(self.name, self.backend, self.kwargs)
 
-    def default_params(self) -> BraxParams:
-        """Brax environments have no params (an empty module)."""
-        return BraxParams()
-
-    def reset(self, key: PRNGKey, params: Any) -> tuple[Observation, BraxState]:
-        del params
-        with jax.numpy_dtype_promotion("standard"):
-            inner = strong_arrays(self.brax_env.reset(key))
-        obs = jnp.asarray(inner.obs, jnp.float32)
-        return obs, BraxState(inner, jnp.zeros((), jnp.int32))
-
-    def step(
-        self, key: PRNGKey, state: BraxState, action: Action, params: Any
-    ) -> StepResult:
-        # Brax's step draws nothing: the key is unused.
-        del key, params
-        unit = jnp.clip(jnp.asarray(action, jnp.float32), -1.0, 1.0)
-        center = jnp.asarray(self.action_center, jnp.float32)
-        ctrl = center + unit * jnp.asarray(self.action_scale, jnp.float32)
-        with jax.numpy_dtype_promotion("standard"):
-            inner = strong_arrays(self.brax_env.step(state.inner, ctrl))
-        steps = state.steps + 1
-        obs = jnp.asarray(inner.obs, jnp.float32)
-        reward = jnp.asarray(inner.reward, jnp.float32)
-        nonfinite = ~(jnp.all(jnp.isfinite(obs)) & jnp.isfinite(reward))
-        terminated = (inner.done > 0) | nonfinite
-        truncated = ~terminated & (steps >= self.episode_length)
-        info = {
-            **{
-                k: jnp.asarray(v, jnp.float32)
-                for k, v in inner.metrics.items()
-                if jnp.ndim(v) == 0
-            },
-            "terminated": terminated.astype(jnp.float32),
-            "truncated": truncated.astype(jnp.float32),
-            "nonfinite": nonfinite.astype(jnp.float32),
-        }
-        # A non-finite state's reward stays NaN: the lifetime's fitness is then
-        # non-finite and ranked worst (eqxevo.fitness.rank_nonfinite_worst).
-        reward = jnp.where(nonfinite, jnp.nan, reward)
-        return obs, BraxState(inner, steps), reward, terminated | truncated, info
+    @property
+    def inner_env(self) -> Any:
+        return self.brax_env
 
 
-__all__ = ["BACKENDS", "INSTALL", "BraxEnv", "BraxParams", "BraxState", "brax_names"]
+__all__ = ["BACKENDS", "INSTALL", "BraxEnv", "brax_names", "check_brax_name"]
