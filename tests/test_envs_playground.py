@@ -88,3 +88,21 @@ def test_config_names_playground_environments_and_normalises_by_default():
     )
     assert isinstance(built.fitness, LifetimeFitness)
     assert built.fitness.normalize_obs
+
+
+def test_a_missing_extra_is_one_line_with_the_install_command(monkeypatch, capsys):
+    from eqxevo.envs import playground
+    from eqxevo.envs.physics import quiet_import
+
+    def load():
+        print("a library's import-time chatter")
+        import no_such_physics_library  # noqa: F401  # pyright: ignore
+
+    def missing():
+        return quiet_import(load, playground.INSTALL, "MuJoCo Playground environments")
+
+    monkeypatch.setattr(playground, "_registry", missing)
+    with pytest.raises(ConfigError, match=r'pip install "eqxevo\[playground\]"') as err:
+        lookup_env("playground:CartpoleBalance")
+    assert "\n" not in str(err.value)
+    assert capsys.readouterr().out == ""

@@ -21,6 +21,7 @@ import eqxevo
 from eqxevo import experiment
 from eqxevo.envs import Chemotaxis
 from eqxevo.experiment.review import eval_run
+from eqxevo.nets import AbstractPolicy
 from eqxevo.nets.factories import mlp
 from eqxevo.obs_norm import (
     CLIP,
@@ -152,7 +153,7 @@ def test_evolve_carries_the_moments_and_resumes_bit_identical(algorithm):
     assert not any("obs_moments" in k for k in whole.history)
 
 
-class PermutedPolicy(eqxevo.nets.AbstractPolicy):
+class PermutedPolicy(AbstractPolicy):
     """A stranger's genome: an eqx.nn.MLP with a float gain and an integer leaf
     (a permutation of the observation, gathered each step; shared by the
     population, never evolved)."""
