@@ -12,7 +12,13 @@ import equinox as eqx
 import jax
 
 from .._checks import did_you_mean
-from .physics import PhysicsEnv, check_episode_length, control_bounds, quiet_import
+from .physics import (
+    PhysicsEnv,
+    check_episode_length,
+    control_bounds,
+    observation_shapes,
+    quiet_import,
+)
 
 INSTALL = 'pip install "eqxevo[brax]"'
 """The command that installs what `BraxEnv` needs."""
@@ -116,9 +122,8 @@ class BraxEnv(PhysicsEnv):
         self.episode_length = check_episode_length(episode_length)
         self.kwargs = tuple(sorted(kwargs.items()))
         env = _make(self.name, backend, self.kwargs)
-        with jax.numpy_dtype_promotion("standard"):  # Brax's sizes trace a reset
-            self.obs_size = int(env.observation_size)
-            self.action_size = int(env.action_size)
+        self.obs_size = int(observation_shapes(env).shape[-1])
+        self.action_size = int(env.action_size)
         # A policy's [-1, 1] spans each actuator's control range (inverted
         # pendulum's is [-3, 3]; most are [-1, 1], where the map is the identity).
         self.action_center, self.action_scale = control_bounds(

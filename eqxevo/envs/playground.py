@@ -16,7 +16,13 @@ import equinox as eqx
 import jax
 
 from .._checks import did_you_mean
-from .physics import PhysicsEnv, check_episode_length, control_bounds, quiet_import
+from .physics import (
+    PhysicsEnv,
+    check_episode_length,
+    control_bounds,
+    observation_shapes,
+    quiet_import,
+)
 
 INSTALL = 'pip install "eqxevo[playground]"'
 """The command that installs what `PlaygroundEnv` needs."""
@@ -157,15 +163,15 @@ class PlaygroundEnv(PhysicsEnv):
         if episode_length is None:
             episode_length = int(env._config.episode_length)
         self.episode_length = check_episode_length(episode_length)
-        with jax.numpy_dtype_promotion("standard"):  # the sizes trace a reset
-            obs_size, action_size = env.observation_size, env.action_size
-        if not isinstance(obs_size, int):
+        obs = observation_shapes(env)
+        if not isinstance(obs, jax.ShapeDtypeStruct) or len(obs.shape) != 1:
             raise ValueError(
-                f"MuJoCo Playground environment {name!r} observes a dict "
-                f"({obs_size}); eqxevo's policies take a vector"
+                f"MuJoCo Playground environment {name!r} observes "
+                f"{jax.tree.map(lambda x: x.shape, obs)}; eqxevo's policies take "
+                "a vector"
             )
-        self.obs_size = obs_size
-        self.action_size = int(action_size)
+        self.obs_size = int(obs.shape[0])
+        self.action_size = int(env.action_size)
         model = env.mj_model
         ranges = [
             bounds if limited else (-1.0, 1.0)
