@@ -278,6 +278,17 @@ def _lookup(kind: str, name: str, table: dict[str, str]) -> Any:
     )
 
 
+_PHYSICS = {
+    "brax:": ("eqxevo.envs.brax:BraxEnv", "eqxevo.envs.brax:check_brax_name"),
+    "playground:": (
+        "eqxevo.envs.playground:PlaygroundEnv",
+        "eqxevo.envs.playground:check_playground_name",
+    ),
+}
+"""Physics environments by prefix: their class and their name check (which
+imports the library itself only when called)."""
+
+
 def lookup_env(name: str) -> tuple[Any, dict[str, Any]]:
     """`(constructor, fixed_kwargs)` of environment `name` (`env.name`).
 
@@ -292,17 +303,6 @@ def lookup_env(name: str) -> tuple[Any, dict[str, Any]]:
             constructor = import_object(spec, "env.name")
             return constructor, {"name": _physics_name(name, check)}
     return _lookup("env", name, ENVS), {}
-
-
-_PHYSICS = {
-    "brax:": ("eqxevo.envs.brax:BraxEnv", "eqxevo.envs.brax:check_brax_name"),
-    "playground:": (
-        "eqxevo.envs.playground:PlaygroundEnv",
-        "eqxevo.envs.playground:check_playground_name",
-    ),
-}
-"""Physics environments by prefix: their class and their name check (which
-imports the library itself only when called)."""
 
 
 def _physics_name(name: str, check: str) -> str:

@@ -89,8 +89,10 @@ def raw_brax(
 ) -> dict[str, Any]:
     """A hand-written `jit(vmap(scan))` of the same MLP acting in Brax: what
     eqxevo's lifetimes are measured against (no normalisation, no summaries)."""
-    brax_env = BraxEnv(env, backend=backend, episode_length=num_steps).brax_env
-    sizes = (brax_env.observation_size, HIDDEN, HIDDEN, brax_env.action_size)
+    adapter = BraxEnv(env, backend=backend, episode_length=num_steps)
+    brax_env = adapter.inner_env
+    # the adapter's sizes: Brax's own `observation_size` runs a reset eagerly
+    sizes = (adapter.obs_size, HIDDEN, HIDDEN, adapter.action_size)
     keys = jr.split(jr.key(1), len(sizes) - 1)
     layers = [
         (

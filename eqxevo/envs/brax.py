@@ -131,13 +131,9 @@ class BraxEnv(PhysicsEnv):
         )
 
     @property
-    def brax_env(self) -> Any:
+    def inner_env(self) -> Any:
         """The wrapped Brax environment object."""
         return _make(self.name, self.backend, self.kwargs)
-
-    @property
-    def inner_env(self) -> Any:
-        return self.brax_env
 
 
 __all__ = ["BACKENDS", "INSTALL", "BraxEnv", "brax_names", "check_brax_name"]
