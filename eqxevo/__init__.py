@@ -19,6 +19,7 @@ from .fidelity import (
 )
 from .genome import GenomeLayout as GenomeLayout
 from .keys import generation_keys as generation_keys
+from .options import EvolveOptions as EvolveOptions
 from .presets import PresetError as PresetError
 from .prng import fast_cpu_prng as fast_cpu_prng
 from .registry import strategies as strategies

@@ -5,7 +5,7 @@ import errno
 import re
 import shutil
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -46,6 +46,42 @@ def disk_full_message(err: OSError) -> str:
     run_dir = _run_dir(path)
     then = f"`eqxevo resume {run_dir}`" if run_dir is not None else "try again"
     return f"{what} on device writing {path} ({free}); free some space and {then}"
+
+
+DEVICES = click.option(
+    "--devices",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Devices to split each generation's population over (on a CPU: cores, "
+    "each made a JAX device; at most the machine's). Results do not depend on it.",
+)
+"""`--devices N` of `eqxevo run`, `resume` and `study run` (`devices_mesh`)."""
+
+
+def check_split(devices: int, population_sizes: Iterable[tuple[str, int]]) -> None:
+    """Raise `click.BadParameter` unless every population splits over `--devices`
+    (each given as (where, size): `where` prefixes the message)."""
+    for where, size in population_sizes:
+        if size % devices:
+            raise click.BadParameter(
+                f"{where}strategy.population_size = {size} does not split over "
+                f"{devices} devices; use a multiple of {devices}",
+                param_hint="--devices",
+            )
+
+
+def devices_mesh(devices: int) -> Any:
+    """`--devices N` as a population mesh (None for one); call it before JAX
+    starts, so that on a CPU each core becomes a device (`sharding.device_mesh`)."""
+    if devices == 1:
+        return None
+    from .sharding import device_mesh
+
+    try:
+        return device_mesh(devices)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--devices") from None
 
 
 def fail(err: Exception) -> NoReturn:

@@ -1,7 +1,6 @@
 """`eqxevo`: the command line (run, resume, plot, eval, strategies, bench, study)."""
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -10,49 +9,10 @@ from typing import Any
 import click
 
 from . import config as config_module
-from ._cli import CONTEXT, Group, fail
+from ._cli import CONTEXT, DEVICES, Group, check_split, devices_mesh, fail
 from .checkpoint import CheckpointError
 from .config import ConfigError
 from .metrics import SinkError
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def _mesh(devices: int) -> Any:
-    """A population mesh over `devices` devices (None for one); on a CPU each
-    core becomes a device, which must happen before JAX starts."""
-    if devices == 1:
-        return None
-    import jax
-
-    from .sharding import population_mesh, use_cpu_devices
-
-    # Only before JAX has started: then each core becomes a device. In-process
-    # (tests, notebooks) JAX may be up already; its devices are what there is.
-    started = False
-    try:
-        use_cpu_devices(devices)
-    except RuntimeError:  # JAX already started (in-process use): keep its devices
-        started = True
-    available = jax.devices()
-    if started:
-        limit, what = len(available), "JAX devices in this process (JAX had started)"
-    elif available[0].platform == "cpu":
-        limit, what = _cores(), "CPU cores"
-    else:
-        limit, what = len(available), f"{available[0].platform.upper()} devices"
-    if devices > limit or len(available) < devices:
-        raise click.BadParameter(
-            f"--devices {devices}: this machine has {limit} {what}; allowed: 1 to "
-            f"{limit}",
-            param_hint="--devices",
-        )
-    return population_mesh(available[:devices])
 
 
 def _stop_request(run_dir: Path | None) -> Any:
@@ -103,14 +63,6 @@ def main() -> None:
 
 
 _QUIET = click.option("--quiet", is_flag=True, help="No progress output.")
-_DEVICES = click.option(
-    "--devices",
-    type=click.IntRange(1),
-    default=1,
-    show_default=True,
-    help="Devices to split each generation over (on a CPU: cores, each made a "
-    "JAX device; at most the machine's). Results do not depend on it.",
-)
 
 RUN_HELP = """Run an experiment (a TOML file, or the default).
 
@@ -169,7 +121,7 @@ class _RunCommand(click.Command):
 )
 @click.option("--name", help="Run directory name (default: env-net-strategy-time).")
 @_QUIET
-@_DEVICES
+@DEVICES
 @click.option(
     "--tensorboard",
     is_flag=True,
@@ -202,13 +154,8 @@ def run(
             experiment = config_module.load(config, items)
         except ConfigError as err:
             fail(err)
-        mesh = _mesh(devices)
-        if experiment.strategy.population_size % devices:
-            raise click.BadParameter(
-                f"strategy.population_size = {experiment.strategy.population_size} "
-                f"does not split over {devices} devices; use a multiple of {devices}",
-                param_hint="--devices",
-            )
+        mesh = devices_mesh(devices)
+        check_split(devices, [("", experiment.strategy.population_size)])
         if name is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             env = experiment.env.name.replace(":", "-").replace("/", "-")
@@ -286,7 +233,7 @@ def _report(run_dir: Path, summary: dict[str, Any]) -> None:
     + " (e.g. run.generations=400 to run longer).",
 )
 @_QUIET
-@_DEVICES
+@DEVICES
 def resume(run_dir: str, overrides: tuple[str, ...], quiet: bool, devices: int) -> None:
     """Continue a run from its newest good checkpoint, bit for bit.
 
@@ -300,7 +247,7 @@ def resume(run_dir: str, overrides: tuple[str, ...], quiet: bool, devices: int) 
       eqxevo resume runs/my-run --set run.generations=400   # run longer
     """
     with _stop_request(Path(run_dir)) as stop:
-        mesh = _mesh(devices)
+        mesh = devices_mesh(devices)
         from .experiment import resume_run
 
         summary = _drive(

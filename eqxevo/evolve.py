@@ -3,10 +3,9 @@ callback per chunk that can stop it (the whole path: docs/architecture.md).
 """
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -14,19 +13,17 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
-from jax.sharding import Mesh
 
-from ._checks import one_of, positive_int
+from ._checks import positive_int
 from ._types import Array, Genome, PRNGKey, PRNGKeys
-from .evaluate import AbstractPopulationFitness, EvalSettings, initial_carry
+from .evaluate import AbstractPopulationFitness, initial_carry
 from .fidelity import MultiFidelity
 from .keys import run_keys
+from .options import EvolveOptions
 from .program import ChunkProgram, run_chunk
 from .runs import batch_of, check_runs, initial_state
 from .sharding import check_divisible, mesh_size, replicate
 from .strategy import Strategy, StrategyState
-
-NonFinitePolicy = Literal["rank_worst", "raise"]
 
 
 class NonFiniteFitnessError(FloatingPointError):
@@ -132,20 +129,15 @@ def _prepare(
     fitness_fn: Any,
     *,
     state: StrategyState | None,
-    chunk_size: int = 10,
-    num_seeds: int | None = None,
-    runs: int | None = None,
-    on_nonfinite: NonFinitePolicy = "rank_worst",
-    mesh: Mesh | None = None,
-    batch_size: int | None = None,
-    episodes: Any = "shared",
+    num_seeds: int | None,
+    runs: int | None,
+    options: EvolveOptions,
 ) -> _Setup:
     """Check `evolve`'s arguments and build the chunk program and its inputs."""
     if not isinstance(strategy, Strategy):
         raise TypeError(
             f"strategy must be an eqxevo.Strategy; got {type(strategy).__name__}"
         )
-    positive_int("chunk_size", chunk_size)
     if num_seeds is not None:
         positive_int("num_seeds", num_seeds)
     if runs is not None:
@@ -158,13 +150,11 @@ def _prepare(
         # Every array of the stacked strategy and fitness must carry the run axis:
         # caught here, not as a shape error deep inside the traced program.
         check_runs(key, strategy, fitness_fn, runs)
-    one_of("on_nonfinite", on_nonfinite, ("rank_worst", "raise"))
-    if isinstance(episodes, str) and episodes == "per_genome":
-        episodes = strategy.episode_ids  # mirrored pairs share their episodes
+    mesh = options.mesh
     # Named as the user set it (`population_size`), before the settings check it
     # under evaluate's own name.
     check_divisible("population_size", strategy.population_size, mesh_size(mesh))
-    settings = EvalSettings(mesh=mesh, batch_size=batch_size, episodes=episodes)
+    settings = options.evaluation(strategy)
     settings.check(strategy.population_size)
     if isinstance(fitness_fn, AbstractPopulationFitness):
         fitness_fn.check(strategy.population_size, settings)
@@ -174,8 +164,8 @@ def _prepare(
             f"eqxevo.MultiFidelity; got {type(fitness_fn).__name__}"
         )
     program = ChunkProgram(
-        chunk_size=chunk_size,
-        halt_on_nonfinite=on_nonfinite == "raise",
+        chunk_size=options.chunk_size,
+        halt_on_nonfinite=options.on_nonfinite == "raise",
         batch=batch_of(num_seeds, runs),
         settings=settings,
     )
@@ -347,17 +337,12 @@ def evolve(
     fitness_fn: Callable[..., Any] | AbstractPopulationFitness,
     *,
     num_generations: int,
-    chunk_size: int = 10,
     num_seeds: int | None = None,
+    runs: int | None = None,
     callback: Callback | None = None,
     state: StrategyState | None = None,
-    on_nonfinite: NonFinitePolicy = "rank_worst",
-    mesh: Mesh | None = None,
-    batch_size: int | None = None,
-    episodes: Any = "shared",
-    runs: int | None = None,
-    chunk_seconds: float | None = None,
-    align: int | None = None,
+    options: EvolveOptions | None = None,
+    **changes: Any,
 ) -> EvolveResult:
     """Run `num_generations` generations of `strategy` on `fitness_fn`, on device.
 
@@ -369,11 +354,14 @@ def evolve(
             `eqxevo.MultiFidelity` (a cheap proxy for all, full evaluation for
             the best k).
         num_generations: generations to run in this call.
-        chunk_size: generations per compiled chunk; the host sees results once per
-            chunk. Results do not depend on it, and neither does the compiled
-            program's count (a short last chunk reuses it).
         num_seeds: K independent runs in one compiled program; every result gets
             a leading axis K. None for a single run.
+        runs: R runs that differ only in array values, in one program: `key`
+            holds R keys, and `strategy` and `fitness_fn` are R of them stacked
+            by `eqxevo.stack_runs` (other params, initial genomes, environment
+            variants). Run r equals `evolve(key[r], strategy_r, fitness_fn_r)`
+            bit for bit; every result gets a leading axis R. Not with
+            `num_seeds`.
         callback: `callback(chunk: eqxevo.Chunk) -> bool | None`, called on the
             host after each chunk (while the next one already runs) with the
             chunk's history, the generation reached, the state (for
@@ -383,38 +371,11 @@ def evolve(
         state: continue from this state (from `EvolveResult.state`) instead of
             `strategy.init`; generation indices, and so keys, carry on. It must
             come from this strategy (and the same `num_seeds`).
-        on_nonfinite: "rank_worst" ranks genomes with NaN/inf fitness worst and
-            counts them in `history["num_nonfinite"]`; "raise" stops at the first
-            such generation with `NonFiniteFitnessError` naming it.
-        mesh: split each generation's evaluation over the devices of this mesh
-            (`eqxevo.population_mesh()`, or `eqxevo.initialize_distributed(...)`
-            for several processes); `ask`/`tell` and the state stay replicated.
-            `population_size` (and a `MultiFidelity`'s `num_promoted`) must be a
-            multiple of the number of devices.
-        batch_size: evaluate this many genomes at a time (per device) to bound
-            the lifetimes' memory; see `evaluate`.
-        episodes: `"shared"` (default: every genome of a generation plays the
-            same episodes), `"per_genome"` (genome i its own, mirrored pairs
-            sharing; `strategy.episode_ids`) or an integer array of P episode
-            ids; see `evaluate`.
-        runs: R runs that differ only in array values, in one program: `key`
-            holds R keys, and `strategy` and `fitness_fn` are R of them stacked
-            by `eqxevo.stack_runs` (other params, initial genomes, environment
-            variants). Run r equals `evolve(key[r], strategy_r, fitness_fn_r)`
-            bit for bit; every result gets a leading axis R. Not with
-            `num_seeds`.
-        chunk_seconds: aim for chunks of about this many seconds: the first two
-            chunks run one generation each, later ones as many generations (at
-            most `chunk_size`) as the measured time per generation fits in
-            `chunk_seconds`. The host then hears from a long run every few
-            seconds. The chunk length is a traced value: nothing recompiles, and
-            results do not depend on it. None (default): `chunk_size` always.
-        align: chunks also end at every multiple of `align` generations
-            (counted from generation 0, so a resumed run ends chunks at the same
-            generations), so the callback sees the state there: host work that
-            must happen at fixed generations (`eqxevo run`'s held-out
-            evaluations every `run.eval_every`) hangs on it. The chunk length is
-            traced: nothing recompiles, and results do not depend on it.
+        options: an `eqxevo.EvolveOptions` (chunk size, devices, micro-batches,
+            episodes, non-finite policy, chunk pacing); default
+            `EvolveOptions()`.
+        **changes: fields of `EvolveOptions` to change in `options`, e.g.
+            `chunk_size=5, mesh=eqxevo.population_mesh()`.
 
     Returns:
         An `EvolveResult`.
@@ -423,32 +384,18 @@ def evolve(
         >>> result = eqxevo.evolve(jr.key(0), strategy, fitness_fn, num_generations=100)
         >>> result.history["best"]  # one value per generation
     """
+    options = EvolveOptions.of(options, changes)
     positive_int("num_generations", num_generations)
-    if chunk_seconds is not None and not (
-        isinstance(chunk_seconds, int | float)
-        and not isinstance(chunk_seconds, bool)
-        and math.isfinite(chunk_seconds)
-        and chunk_seconds > 0
-    ):
-        raise ValueError(
-            f"chunk_seconds must be a finite number > 0 or None; got {chunk_seconds!r}"
-        )
-    if align is not None:
-        positive_int("align", align)
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable; got {type(callback).__name__}")
     setup = _prepare(
         key,
         strategy,
         fitness_fn,
-        chunk_size=chunk_size,
+        state=state,
         num_seeds=num_seeds,
         runs=runs,
-        state=state,
-        on_nonfinite=on_nonfinite,
-        mesh=mesh,
-        batch_size=batch_size,
-        episodes=episodes,
+        options=options,
     )
     state, halted = setup.state, setup.halted
     start_generation = int(np.max(np.asarray(state.generation)))
@@ -458,7 +405,7 @@ def evolve(
         setup.program,
         callback=callback,
         stop_generation=start_generation + num_generations,
-        chunk_seconds=chunk_seconds,
+        chunk_seconds=options.chunk_seconds,
     )
     pending: tuple[Any, ...] | None = None
     in_flight: Any = None
@@ -466,7 +413,7 @@ def evolve(
     try:
         remaining = num_generations
         while remaining > 0:
-            num_active = host.next_length(remaining, align)
+            num_active = host.next_length(remaining, options.align)
             remaining -= num_active
             next_state, halted, out, aux_static = run_chunk(
                 setup.program,
@@ -475,7 +422,7 @@ def evolve(
                 setup.run_key,
                 state,
                 halted,
-                replicate(jnp.asarray(num_active, jnp.int32), mesh),
+                replicate(jnp.asarray(num_active, jnp.int32), options.mesh),
             )
             in_flight = next_state
             # The device now runs chunk c; meanwhile the host handles chunk c - 1.
@@ -515,17 +462,29 @@ def compile_chunk(
     fitness_fn: Callable[..., Any] | AbstractPopulationFitness,
     *,
     state: StrategyState,
-    **options: Any,
+    num_seeds: int | None = None,
+    runs: int | None = None,
+    options: EvolveOptions | None = None,
+    **changes: Any,
 ) -> jax.stages.Compiled:
     """Compile the chunk program `evolve(key, strategy, fitness_fn, state=state,
-    **options)` would run, ahead of time.
+    num_seeds=..., runs=..., options=options, **changes)` would run, ahead of
+    time.
 
-    `options` are `evolve`'s `chunk_size`, `num_seeds`, `runs`, `on_nonfinite`,
-    `mesh`, `batch_size` and `episodes`. Returns the compiled program, whose
-    `memory_analysis()` and `cost_analysis()` are XLA's estimates; JAX keeps the
-    executable, so the `evolve` call that follows does not compile again.
+    Returns the compiled program, whose `memory_analysis()` and
+    `cost_analysis()` are XLA's estimates; JAX keeps the executable, so the
+    `evolve` call that follows does not compile again.
     """
-    setup = _prepare(key, strategy, fitness_fn, state=state, **options)
+    options = EvolveOptions.of(options, changes)
+    setup = _prepare(
+        key,
+        strategy,
+        fitness_fn,
+        state=state,
+        num_seeds=num_seeds,
+        runs=runs,
+        options=options,
+    )
     lowered = run_chunk.lower(  # pyright: ignore[reportFunctionMemberAccess]
         setup.program,
         strategy,

@@ -14,7 +14,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from ._checks import optional_positive_int
+from ._checks import optional_positive_int, positive_int
 
 _Tree = TypeVar("_Tree")
 _Out = TypeVar("_Out")
@@ -62,6 +62,46 @@ def use_cpu_devices(num_devices: int | None = None) -> None:
     """
     count = optional_positive_int("num_devices", num_devices, "one per core")
     jax.config.update("jax_num_cpu_devices", count or os.cpu_count() or 1)
+
+
+def device_mesh(devices: int) -> Mesh | None:
+    """A population mesh over the first `devices` devices (None for one): the
+    `--devices N` of `eqxevo run` and `eqxevo study run`. On a CPU, before JAX
+    starts, each core becomes a device (`use_cpu_devices`).
+
+    Raises:
+        ValueError: fewer than `devices` devices (or cores) here; names the limit.
+    """
+    devices = positive_int("devices", devices)
+    if devices == 1:
+        return None
+    # Only before JAX has started: then each core becomes a device. In-process
+    # (tests, notebooks) JAX may be up already; its devices are what there is.
+    started = False
+    try:
+        use_cpu_devices(devices)
+    except RuntimeError:  # JAX already started (in-process use): keep its devices
+        started = True
+    available = jax.devices()
+    if started:
+        limit, what = len(available), "JAX devices in this process (JAX had started)"
+    elif available[0].platform == "cpu":
+        limit, what = _cores(), "CPU cores"
+    else:
+        limit, what = len(available), f"{available[0].platform.upper()} devices"
+    if devices > limit or len(available) < devices:
+        raise ValueError(
+            f"--devices {devices}: this machine has {limit} {what}; allowed: 1 to "
+            f"{limit}"
+        )
+    return population_mesh(available[:devices])
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def initialize_distributed(
@@ -279,6 +319,7 @@ def shard_population(
 __all__ = [
     "POPULATION_AXIS",
     "check_divisible",
+    "device_mesh",
     "initialize_distributed",
     "mesh_size",
     "population_mesh",

@@ -209,6 +209,68 @@ def test_a_one_cell_study_and_eqxevo_run_record_the_same_numbers(tmp_path):
         assert (mine / name).read_bytes() == (theirs / name).read_bytes()
 
 
+# Runs `eqxevo study run --devices 2` and then `eqxevo run RUN/config.toml
+# --devices 2` of the study's run in one fresh process (two CPU devices), and
+# prints the `EvolveOptions` each handed to `evolve`.
+_DEVICES_WORKER = """
+import json, sys
+from click.testing import CliRunner
+import eqxevo.experiment.run as alone
+import eqxevo.study.runner as study
+from eqxevo.cli import main
+
+seen = []
+for module in (study, alone):
+    def spy(*args, real=module.evolve, **kwargs):
+        seen.append(kwargs["options"])
+        return real(*args, **kwargs)
+    module.evolve = spy
+file, out, config, into = sys.argv[1:]
+for args in (
+    ["study", "run", file, "--out", out, "--devices", "2", "--quiet"],
+    ["run", config, "--out", into, "--name", "alone", "--devices", "2", "--quiet"],
+):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, (result.output, result.exception)
+print(json.dumps([
+    {"batch_size": o.batch_size, "devices": o.mesh.size, "same": o == seen[0]}
+    for o in seen
+]))
+"""
+
+
+def test_a_study_cell_equals_eqxevo_run_with_batch_size_and_devices(tmp_path):
+    # Sep_CMA_ES, micro-batches and two devices: the study hands `evolve` the
+    # options `eqxevo run` does (built from the config in one place), and the run
+    # directories hold the same records, genomes and held-out scores.
+    text = (
+        TINY.replace("seeds = 2", "seeds = [3]")
+        .replace("[0.05, 0.3]", "[0.3]")
+        .replace('[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', "")
+        .replace("population_size = 8", 'population_size = 8\nname = "Sep_CMA_ES"')
+        .replace("[run]", "[run]\nbatch_size = 2\neval_every = 3\neval_episodes = 4")
+    )
+    file = write_study(tmp_path, text)
+    (run,) = load(file).runs
+    out, into = tmp_path / "study", tmp_path / "runs"
+    mine = run_dir(out, run)
+    command = [sys.executable, "-c", _DEVICES_WORKER, str(file), str(out)]
+    command += [str(mine / "config.toml"), str(into)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen == [{"batch_size": 2, "devices": 2, "same": True}] * 2
+    theirs = into / "alone"
+    for name in ("metrics.jsonl", "config.toml"):
+        assert (mine / name).read_text() == (theirs / name).read_text()
+    for name in ("best_genome.eqx", "mean_genome.eqx"):
+        assert (mine / name).read_bytes() == (theirs / name).read_bytes()
+    a, b = (json.loads((p / "summary.json").read_text()) for p in (mine, theirs))
+    assert a["heldout"] == b["heldout"] and a["heldout"]["best"]["episodes"] == 4
+    for summary in (a, b):
+        assert len(summary["segments"][-1]["devices"]) == 2
+
+
 def test_sigterm_stops_after_the_running_chunk_with_every_run_saved(tmp_path):
     # one program (one cell, two seeds): the smallest study a signal can stop
     file = write_study(tmp_path, ONE_CELL)

@@ -15,9 +15,10 @@ from jax.sharding import Mesh
 from .._types import Genome, PRNGKey
 from ..config import ConfigError, Experiment, plain_value
 from ..envs.base import AbstractEnv
-from ..evaluate import EvalSettings, initial_carry
+from ..evaluate import initial_carry
 from ..keys import seed_keys
 from ..obs_norm import normalized
+from ..options import EvolveOptions
 from ..registry import Parts, lookup
 from ..rollout import LifetimeFitness
 from ..runs import initial_state
@@ -238,12 +239,18 @@ class Built:
         carry = initial_carry(self.fitness)
         return normalized(self.genome, None if carry is None else carry.best)
 
-    def settings(self, mesh: Mesh | None = None) -> EvalSettings:
-        """How `evolve` evaluates this experiment's populations on `mesh`."""
-        return EvalSettings(
+    def options(self, mesh: Mesh | None = None) -> EvolveOptions:
+        """How `evolve` runs this experiment's generations on `mesh` (the one
+        place the config's run options become `evolve`'s)."""
+        run = self.experiment.run
+        return EvolveOptions(
+            chunk_size=run.chunk_size,
+            on_nonfinite=run.on_nonfinite,
             mesh=mesh,
-            batch_size=self.experiment.run.batch_size or None,
-            episodes=self.experiment.run.episodes,
+            batch_size=run.batch_size or None,
+            episodes=run.episodes,
+            chunk_seconds=run.chunk_seconds or None,
+            align=run.eval_every or None,
         )
 
     def initial_state(self) -> StrategyState:

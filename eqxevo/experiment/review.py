@@ -193,7 +193,7 @@ def _episodes_program(
     """The compiled held-out program for `num_episodes` lifetimes of `scored`
     (fitness function, genome, filter spec), and XLA's estimate of its memory
     (bytes; None when XLA gives none)."""
-    settings = heldout_settings(built.settings(), num_episodes)
+    settings = heldout_settings(built.options().evaluation(), num_episodes)
     fitness_fn, genome, filter_spec = scored
     args = (key, fitness_fn, genome, num_episodes, filter_spec)
     # the same program `heldout_evaluate` runs, compiled ahead of time (pyright
@@ -332,7 +332,7 @@ def certified_reference(
         built.heldout_fitness,
         stored.genome,
         num_episodes,
-        settings=built.settings(),
+        settings=built.options().evaluation(),
     )
     return (Scored("certified memoryless MLP", "no_memory", result),)
 
@@ -345,7 +345,11 @@ def _references(built: Built, key: PRNGKey, num_episodes: int) -> tuple[Scored, 
     refs = references(built.env, built.env_params)
     try:
         return score_references(
-            key, built.heldout_fitness, refs, num_episodes, settings=built.settings()
+            key,
+            built.heldout_fitness,
+            refs,
+            num_episodes,
+            settings=built.options().evaluation(),
         )
     except jax.errors.JaxRuntimeError as err:
         if not exhausted(err):

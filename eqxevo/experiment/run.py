@@ -280,7 +280,7 @@ class Run:
         """Evaluate held out after `generation` generations (`eqxevo.heldout`);
         summary.json keeps the newest evaluation."""
         began = time.perf_counter()
-        settings = self.built.settings(self.mesh)
+        settings = self.built.options(self.mesh).evaluation()
         results = evaluate_run(
             self.built.key,
             self.built.heldout_fitness,
@@ -428,12 +428,8 @@ def _prepare(the_run: Run, progress: Progress) -> Any:
         built.strategy,
         built.fitness,
         state=state,
-        chunk_size=run.chunk_size,
         num_seeds=built.num_seeds,
-        on_nonfinite=run.on_nonfinite,
-        mesh=mesh,
-        batch_size=run.batch_size or None,
-        episodes=run.episodes,
+        options=built.options(mesh),
     )
     the_run.segment["compile_s"] = round(time.perf_counter() - started, 3)
     needed = chunk_bytes(compiled, mesh)
@@ -541,22 +537,15 @@ def run_experiment(
             the_run.running()
             evolve_at = time.perf_counter()
             progress.start_running(evolve_at)
-            run = built.experiment.run
             evolve(
                 built.key,
                 built.strategy,
                 built.fitness,
                 num_generations=the_run.total - the_run.generation,
-                chunk_size=run.chunk_size,
                 num_seeds=built.num_seeds,
                 callback=on_chunk,
                 state=state,
-                on_nonfinite=run.on_nonfinite,
-                mesh=the_run.mesh,
-                batch_size=run.batch_size or None,
-                episodes=run.episodes,
-                chunk_seconds=run.chunk_seconds or None,
-                align=run.eval_every or None,
+                options=built.options(the_run.mesh),
             )
             failed = False
         except KeyboardInterrupt:

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .._cli import CONTEXT, fail
+from .._cli import CONTEXT, DEVICES, check_split, devices_mesh, fail
 
 
 def _load(file: str) -> Any:
@@ -97,6 +97,7 @@ def plan(file: str, out: str | None, measure: bool, as_json: bool) -> None:
     "submitit-local: the same jobs as subprocesses on this machine.",
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
+@DEVICES
 @click.option(
     "--force-resubmit",
     is_flag=True,
@@ -104,7 +105,12 @@ def plan(file: str, out: str | None, measure: bool, as_json: bool) -> None:
     "nor squeue gives (by default the command stops: they may still be running).",
 )
 def run(
-    file: str, out: str | None, executor: str, quiet: bool, force_resubmit: bool
+    file: str,
+    out: str | None,
+    executor: str,
+    quiet: bool,
+    devices: int,
+    force_resubmit: bool,
 ) -> None:
     """Run every unfinished run of a study file.
 
@@ -118,6 +124,7 @@ def run(
     Examples:
       eqxevo study run examples/studies/l4_plasticity.toml
       eqxevo study run study.toml --out /scratch/me/study --executor slurm
+      eqxevo study run study.toml --devices 4
     """
     from ..checkpoint import CheckpointError
     from ..interrupts import StopRequest, exit_code
@@ -139,10 +146,23 @@ def run(
             f"`eqxevo study run {file} --out {path}`"
         )
     )
-    chosen: Any = LocalExecutor(stop)
-    if executor != "local":
+    # On a CPU, before JAX starts (each run is built next): cores as devices.
+    mesh = devices_mesh(devices) if executor == "local" else None
+    check_split(
+        devices,
+        sorted(
+            {
+                (f"cell {r.cell.name!r}: ", r.experiment.strategy.population_size)
+                for r in spec.runs
+            }
+        ),
+    )
+    chosen: Any = LocalExecutor(stop, mesh)
+    if executor != "local":  # each job builds its mesh from its own devices
         cluster = "slurm" if executor == "slurm" else "local"
-        chosen = SubmititExecutor(cluster, spec.slurm, force_resubmit=force_resubmit)
+        chosen = SubmititExecutor(
+            cluster, spec.slurm, force_resubmit=force_resubmit, devices=devices
+        )
     try:
         with stop:
             result = run_study(spec, path, chosen, quiet=quiet, compilation_cache=True)

@@ -32,10 +32,13 @@ def measure_program(program: Program) -> dict[str, float]:
         strategy,
         fitness,
         num_generations=2,
-        chunk_size=1,
-        callback=on_chunk,
-        episodes=first.experiment.run.episodes,
         runs=1,
+        callback=on_chunk,
+        # The run's options (batch size, episodes ...), in one-generation chunks.
+        options=first.members[0].built.options(),
+        chunk_size=1,
+        chunk_seconds=None,
+        align=None,
     )
     generation = ready[1] - ready[0]
     return {"compile_s": max(ready[0] - generation, 0.0), "generation_s": generation}

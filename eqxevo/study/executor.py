@@ -10,6 +10,8 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from jax.sharding import Mesh
+
 from ..experiment.rundir import write_atomic
 from ..interrupts import StopRequest
 from ..lock import WriterLock
@@ -51,34 +53,42 @@ class LocalExecutor(AbstractExecutor):
     Arguments:
         stop: an installed `eqxevo.interrupts.StopRequest` (the CLI's): a first
             Ctrl-C/SIGTERM stops after the running chunk, every run saved.
+        mesh: split every run's population over these devices
+            (`eqxevo.sharding.device_mesh`, `--devices`); None: one device.
     """
 
-    def __init__(self, stop: StopRequest | None = None):
+    def __init__(self, stop: StopRequest | None = None, mesh: Mesh | None = None):
         self.stop = stop
+        self.mesh = mesh
 
     def run(
         self, programs: Sequence[Program], out: Path, progress: StudyProgress
     ) -> None:
         for program in programs:
-            run_program(program, out, progress, self.stop)
+            run_program(program, out, progress, self.stop, self.mesh)
 
 
 class ProgramJob:
     """A submitit job: run the given runs of the study in `out` (one program).
 
-    Pickled to the job; it rebuilds the runs from OUT/study.json.
+    Pickled to the job; it rebuilds the runs from OUT/study.json and splits
+    each population over `devices` of the job's devices (`device_mesh`).
     """
 
-    def __init__(self, out: str | Path):
+    def __init__(self, out: str | Path, devices: int = 1):
         self.out = str(out)
+        self.devices = devices
 
     def __call__(self, run_ids: list[str]) -> list[str]:
+        from ..sharding import device_mesh
+
+        mesh = device_mesh(self.devices)  # before JAX starts: CPU cores as devices
         use_compilation_cache(self.out)
         study = load_study(self.out)
         wanted = set(run_ids)
         runs = [r for r in study.runs if r.id in wanted]
         for program in plan(study, runs):
-            run_program(program, self.out)
+            run_program(program, self.out, mesh=mesh)
         return run_ids
 
     def checkpoint(self, run_ids: list[str]) -> Any:
@@ -221,6 +231,8 @@ class SubmititExecutor(AbstractExecutor):
         poll: seconds between looks at the jobs' progress.
         force_resubmit: submit again the runs of earlier jobs whose state neither
             sacct nor squeue gives (`live_jobs`), instead of raising.
+        devices: each job splits every population over this many of its
+            devices (`--devices`; request them with `[study.slurm]`).
     """
 
     def __init__(
@@ -230,6 +242,7 @@ class SubmititExecutor(AbstractExecutor):
         poll: float = 5.0,
         *,
         force_resubmit: bool = False,
+        devices: int = 1,
     ):
         if cluster not in ("slurm", "local"):
             raise ValueError(f"cluster must be 'slurm' or 'local'; got {cluster!r}")
@@ -237,6 +250,7 @@ class SubmititExecutor(AbstractExecutor):
         self.parameters = dict(parameters or {})
         self.poll = poll
         self.force_resubmit = force_resubmit
+        self.devices = devices
 
     def _reattach(self, folder: Path) -> tuple[list[Any], set[str]]:
         """Jobs of an earlier `study run` that may still run, and their runs
@@ -273,7 +287,7 @@ class SubmititExecutor(AbstractExecutor):
                     k: v for k, v in parameters.items() if not k.startswith("slurm_")
                 }
             executor.update_parameters(**parameters)
-            submitted = executor.map_array(ProgramJob(out), batches)
+            submitted = executor.map_array(ProgramJob(out, self.devices), batches)
             record = folder / "jobs.json"
             known = json.loads(record.read_text()) if record.exists() else {}
             known.update(

@@ -37,21 +37,11 @@ def build_run(run: Run) -> Member:
     return Member(run, built)
 
 
-def evolve_settings(experiment: Experiment) -> tuple[Any, ...]:
-    """What `evolve` itself takes: runs of one program must agree on it."""
-    run = experiment.run
-    return (
-        run.generations,
-        run.chunk_size,
-        run.chunk_seconds,
-        run.eval_every,
-        run.on_nonfinite,
-        run.episodes,
-    )
-
-
 def _compatible(a: Member, b: Member) -> bool:
-    if evolve_settings(a.run.experiment) != evolve_settings(b.run.experiment):
+    # What `evolve` itself takes (its options, the generations) must agree.
+    if a.run.experiment.run.generations != b.run.experiment.run.generations:
+        return False
+    if a.built.options() != b.built.options():
         return False
     try:
         # `stack_runs` refusing is the test: anything it cannot stack (shapes, code,
@@ -176,7 +166,6 @@ __all__ = [
     "Member",
     "Program",
     "build_run",
-    "evolve_settings",
     "group",
     "plan",
     "stacked",

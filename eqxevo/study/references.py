@@ -83,7 +83,7 @@ def score_study_references(study: Study, cells: Any) -> tuple[Any, Any]:
             built.heldout_fitness,
             references(built.env, built.env_params),
             n,
-            settings=built.settings(),
+            settings=built.options().evaluation(),
         )
         # the task's certified memoryless network, where it has a certificate
         scored += certified_reference(built, held_key, n)

@@ -11,6 +11,7 @@ from typing import Any
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
+from jax.sharding import Mesh
 
 from .. import config as config_module
 from ..checkpoint import CheckpointError
@@ -122,8 +123,11 @@ def save_plan(out: str | Path, study: Study, programs: list[Program]) -> None:
 # -- running ------------------------------------------------------------------------
 
 
-def open_run(out: str | Path, member: Member, share: int) -> Run:
-    """The member's `Run` in its directory: resumed when the directory holds it.
+def open_run(
+    out: str | Path, member: Member, share: int, mesh: Mesh | None = None
+) -> Run:
+    """The member's `Run` in its directory: resumed when the directory holds it;
+    its generations and held-out lifetimes split over `mesh`.
 
     Raises:
         StudyError: the directory holds another experiment, or its checkpoints
@@ -137,6 +141,7 @@ def open_run(out: str | Path, member: Member, share: int) -> Run:
             resume=RunDir(path).exists(),
             share=share,
             extra={"study_cell": member.run.cell.name, "seed": member.run.seed},
+            mesh=mesh,
         )
     except (RunDirError, CheckpointError) as err:
         raise StudyError(f"run {member.run.id}: {err}") from err
@@ -151,7 +156,7 @@ def _segment(
     stop: StopRequest | None,
 ) -> None:
     """Run `runs`, all at the same generation, to the end in one program."""
-    start, settings = runs[0].generation, runs[0].built.experiment.run
+    start, first = runs[0].generation, runs[0]
     keys, strategy, fitness = stacked([r.built for r in runs])
     state = None
     if start > 0:
@@ -186,15 +191,12 @@ def _segment(
             keys,
             strategy,
             fitness,
-            num_generations=settings.generations - start,
-            chunk_size=settings.chunk_size,
+            num_generations=first.built.experiment.run.generations - start,
+            runs=len(runs),
             callback=on_chunk,
             state=state,
-            on_nonfinite=settings.on_nonfinite,
-            episodes=settings.episodes,
-            runs=len(runs),
-            chunk_seconds=settings.chunk_seconds or None,
-            align=settings.eval_every or None,
+            # Every run of a program has the same options (`group`): the first's.
+            options=first.built.options(first.mesh),
         )
         status = "stopped" if stop is not None and stop.requested else "complete"
     except (KeyboardInterrupt, SystemExit) as err:  # Ctrl-C, SIGTERM, preemption
@@ -222,12 +224,14 @@ def run_program(
     out: str | Path,
     progress: StudyProgress | None = None,
     stop: StopRequest | None = None,
+    mesh: Mesh | None = None,
 ) -> None:
     """Run the program's unfinished runs to the end; runs a kill left at
     different generations continue in one program per generation.
 
     `stop`: the CLI's `eqxevo.interrupts.StopRequest`; a first Ctrl-C/SIGTERM
     stops after the running chunk, every run saved, with `KeyboardInterrupt`.
+    `mesh`: split every run's population over these devices (`--devices`).
 
     Raises:
         StudyError: a run directory holds another experiment, or its checkpoints
@@ -240,7 +244,7 @@ def run_program(
     try:
         for m in members:
             try:
-                runs.append(open_run(out, m, share=len(members)))
+                runs.append(open_run(out, m, share=len(members), mesh=mesh))
             except LockedError as err:
                 # The last line of defence: a run another live process writes (a
                 # task of an earlier submission) is left to it, untouched.
