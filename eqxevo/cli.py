@@ -90,7 +90,7 @@ class _RunCommand(click.Command):
     the options (built only when --help asks)."""
 
     def format_epilog(self, ctx: click.Context, formatter: Any) -> None:
-        from .registry import catalogue
+        from .catalogue import catalogue
 
         formatter.write(
             "\nConfig keys (TOML tables [env], [net], [strategy], [run], [sinks]); "
@@ -436,7 +436,8 @@ def strategies(name: str | None, as_json: bool) -> None:
       eqxevo strategies CMA_ES
       eqxevo strategies snes --json
     """
-    from .registry import lookup_strategy, strategies as list_strategies, strategy_help
+    from .catalogue import strategy_help
+    from .registry import lookup_strategy, strategies as list_strategies
 
     if name is not None:
         try:

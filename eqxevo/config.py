@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._checks import did_you_mean, dotted_keys
+from .names import choices
 
 
 class ConfigError(ValueError):
@@ -87,8 +88,7 @@ class EnvConfig:
 
     name: str = _spec(
         "chemotaxis",
-        help="chemotaxis | foraging | long_horizon | bandit | reversal_bandit | "
-        "cue_reward | gymnax:<id> | brax:<name> | playground:<name> | module:Class",
+        help=choices("env"),
     )
     params: Mapping[str, Any] = _spec(
         factory=dict, help="overrides of the environment's default params"
@@ -104,7 +104,7 @@ class NetConfig:
 
     name: str = _spec(
         "sparse_rate",
-        help="sparse_rate | sparse_lif | recurrent | gru | mlp | module:Class",
+        help=choices("net"),
     )
     options: Mapping[str, Any] = _spec(
         factory=dict, help="constructor arguments of the network"

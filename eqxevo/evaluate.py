@@ -320,6 +320,17 @@ class AbstractPopulationFitness(eqx.Module):
         del population_size
         return None
 
+    def history_fields(self, population_size: int) -> dict[str, int]:
+        """Per-generation numbers `evolve` adds to its history (as int64 arrays
+        shaped like `history["generation"]`); none by default."""
+        del population_size
+        return {}
+
+    def heldout_fitness(self) -> Any:
+        """The fitness of one held-out lifetime (`eqxevo run`'s held-out
+        evaluation); this fitness itself by default."""
+        return self
+
 
 def evaluate(
     key: PRNGKey,

@@ -17,7 +17,6 @@ import numpy as np
 from ._checks import positive_int
 from ._types import Array, Genome, PRNGKey, PRNGKeys
 from .evaluate import AbstractPopulationFitness, initial_carry
-from .fidelity import MultiFidelity
 from .keys import run_keys
 from .options import EvolveOptions
 from .program import ChunkProgram, run_chunk
@@ -218,7 +217,13 @@ class _Host:
         chunk_seconds: float | None,
     ):
         self.strategy = strategy
-        self.fidelity = fitness_fn if isinstance(fitness_fn, MultiFidelity) else None
+        # What the fitness adds to each generation's history (a MultiFidelity's
+        # agent-steps): fixed numbers, known before the first chunk.
+        self.extra_fields = (
+            fitness_fn.history_fields(strategy.population_size)
+            if isinstance(fitness_fn, AbstractPopulationFitness)
+            else {}
+        )
         self.batched = program.batch != "none"
         self.halt_on_nonfinite = program.halt_on_nonfinite
         self.chunk_size = program.chunk_size
@@ -260,15 +265,9 @@ class _Host:
         aux = eqx.combine(jtu.tree_map(lambda a: a[take], aux), aux_static)
         if jtu.tree_leaves(aux) or aux_static is not None:
             history["aux"] = aux
-        if self.fidelity is not None:
-            size = self.strategy.population_size
-            shape = history["generation"].shape
-            history["agent_steps"] = np.full(
-                shape, self.fidelity.agent_steps(size), np.int64
-            )
-            history["agent_steps_full"] = np.full(
-                shape, self.fidelity.full_agent_steps(size), np.int64
-            )
+        shape = history["generation"].shape
+        for name, value in self.extra_fields.items():
+            history[name] = np.full(shape, value, np.int64)
         return history, np.asarray(valid)[take]
 
     def _raise_if_nonfinite(

@@ -73,6 +73,14 @@ class MultiFidelity(AbstractPopulationFitness):
         """Agent-steps a single-fidelity full evaluation spends: `P * full_steps`."""
         return population_size * self.full_steps
 
+    def history_fields(self, population_size: int) -> dict[str, int]:
+        """`agent_steps` (spent per generation) and `agent_steps_full` (what a
+        full evaluation of every genome would spend), for `evolve`'s history."""
+        return {
+            "agent_steps": int(self.agent_steps(population_size) or 0),
+            "agent_steps_full": self.full_agent_steps(population_size),
+        }
+
     def check(self, population_size: int, settings: EvalSettings) -> None:
         """Raise a clear error if k does not fit a population of this size/mesh."""
         if self.num_promoted > population_size:

@@ -1,5 +1,7 @@
 """Every name lookup: strategies (evosax name | class | instance | preset |
-"module:Class"), environments, networks, and the catalogue `--help` prints.
+"module:Class"), environments and networks (`names`' tables), and the effective
+options of a constructor. Errors are `ValueError`s; the config layer words them
+as its own (`experiment.build.lookup`), the help lives in `catalogue`.
 """
 
 import dataclasses
@@ -10,11 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._checks import did_you_mean
-from .config import ConfigError, plain_value, toml_value
+from .names import ENV_PREFIXES, ENVS, NETS
 from .presets import (
     Preset,
-    PresetError,
-    kwarg_value,
     load_preset,
     preset_dir,
     preset_names,
@@ -200,65 +200,20 @@ def strategies() -> list[StrategyInfo]:
     return rows
 
 
-def strategy_help(name: str) -> str:
-    """What `eqxevo strategies NAME` prints: the algorithm (or preset), its family,
-    its `[strategy.params]` fields and its `[strategy.kwargs]` arguments."""
-    spec = lookup_strategy(name)
-    lines = [f"{spec.name}: {spec.cls.__name__} ({family_of(spec.cls)} family)"]
-    summary = spec.description or (inspect.getdoc(spec.cls) or "").split("\n")[0]
-    if summary:
-        lines.append(f"  {summary}")
-    if spec.paper:
-        lines.append(f"  paper: {spec.paper}")
-    if spec.raw_kwargs or spec.params:
-        lines.append(f"  preset kwargs: {toml_value(spec.raw_kwargs)}")
-        lines.append(f"  preset params: {toml_value(spec.params)}")
-    lines.append("[strategy.params] (evosax Params fields):")
-    lines.extend(f"  {row}" for row in _params_rows(spec.cls) or ["-"])
-    lines.append("[strategy.kwargs] (constructor arguments):")
-    kwargs = [
-        row
-        for row in signature_rows(spec.cls)
-        if not row.startswith(("population_size", "solution", "metrics_fn"))
-    ]
-    lines.extend(f"  {row}" for row in kwargs or ["-"])
-    return "\n".join(lines)
-
-
 # -- environments and networks ------------------------------------------------------
 
-ENVS: dict[str, str] = {
-    "bandit": "eqxevo.envs.bandits:IndependentBandit",
-    "chemotaxis": "eqxevo.envs.chemotaxis:Chemotaxis",
-    "cue_reward": "eqxevo.envs.cue_reward:CueReward",
-    "foraging": "eqxevo.envs.foraging:Foraging",
-    "long_horizon": "eqxevo.envs.long_horizon:LongHorizon",
-    "reversal_bandit": "eqxevo.envs.bandits:ReversalBandit",
-}
-"""Environments by name; `env.name` may also be "gymnax:<id>", "brax:<name>",
-"playground:<name>" or "module:Class"."""
-
-NETS: dict[str, str] = {
-    "sparse_rate": "eqxevo.nets.factories:sparse_rate",
-    "sparse_lif": "eqxevo.nets.factories:sparse_lif",
-    "recurrent": "eqxevo.nets.recurrent:RecurrentPolicy",
-    "gru": "eqxevo.nets.gru:GRUPolicy",
-    "mlp": "eqxevo.nets.factories:mlp",
-}
-"""Networks by name; `net.name` may also be "module:Class"."""
-
-_SIGNATURE_SKIP = {"self", "obs_size", "action_size", "key", "name"}
+SIGNATURE_SKIP = {"self", "obs_size", "action_size", "key", "name"}
 """Constructor arguments that are not options (sizes, keys, the gymnax id)."""
 
 
 def import_object(spec: str, key: str) -> Any:
-    """The object `"package.module:attr"` names; a `ConfigError` naming the config
+    """The object `"package.module:attr"` names; a `ValueError` naming the config
     `key` when it cannot be imported."""
     module_name, _, attr = spec.partition(":")
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as err:
-        raise ConfigError(f"{key} = {spec!r} cannot be imported: {err}") from err
+        raise ValueError(f"{key} = {spec!r} cannot be imported: {err}") from err
 
 
 def _lookup(kind: str, name: str, table: dict[str, str]) -> Any:
@@ -266,15 +221,12 @@ def _lookup(kind: str, name: str, table: dict[str, str]) -> Any:
         return import_object(table[name], f"{kind}.name")
     if ":" in name:
         return import_object(name, f"{kind}.name")
-    raise ConfigError(
+    others = [*ENV_PREFIXES] if kind == "env" else []
+    raise ValueError(
         f"{kind}.name = {name!r} is unknown"
         + did_you_mean(name, table, quote=True)
-        + f"; built in: {', '.join(sorted(table))}, or 'package.module:Class'"
-        + (
-            ", 'gymnax:<environment id>', 'brax:<name>' or 'playground:<name>'"
-            if kind == "env"
-            else ""
-        )
+        + f"; built in: {', '.join(sorted(table))}, or "
+        + ", ".join(repr(o) for o in [*others, "package.module:Class"])
     )
 
 
@@ -293,7 +245,7 @@ def lookup_env(name: str) -> tuple[Any, dict[str, Any]]:
     """`(constructor, fixed_kwargs)` of environment `name` (`env.name`).
 
     Raises:
-        ConfigError: unknown name (with a close match) or unimportable class.
+        ValueError: unknown name (with a close match) or unimportable class.
     """
     if name.startswith("gymnax:"):
         constructor = import_object("eqxevo.envs.gymnax:GymnaxEnv", "env.name")
@@ -306,17 +258,17 @@ def lookup_env(name: str) -> tuple[Any, dict[str, Any]]:
 
 
 def _physics_name(name: str, check: str) -> str:
-    """The name of `"brax:<name>"` or `"playground:<name>"`; a `ConfigError`
+    """The name of `"brax:<name>"` or `"playground:<name>"`; a `ValueError`
     with a close match if the library does not have it, or with the install
     command if the library is missing."""
     try:
         return import_object(check, "env.name")(name.split(":", 1)[1])
     except (ImportError, ValueError) as err:
-        raise ConfigError(f"env.name = {name!r}: {err}") from None
+        raise ValueError(f"env.name = {name!r}: {err}") from None
 
 
 def _gymnax_id(name: str) -> str:
-    """The id of `"gymnax:<id>"`; a `ConfigError` with a close match if gymnax
+    """The id of `"gymnax:<id>"`; a `ValueError` with a close match if gymnax
     does not register it (found here, before anything is built)."""
     import gymnax  # importable: eqxevo.envs.gymnax, just imported, needs it
 
@@ -324,7 +276,7 @@ def _gymnax_id(name: str) -> str:
     known = sorted(gymnax.registered_envs)
     if env_id in known:
         return env_id
-    raise ConfigError(
+    raise ValueError(
         f"env.name = {name!r} is unknown"
         + did_you_mean(env_id, known, prefix="gymnax:", quote=True)
         + f"; gymnax registers: {', '.join(known)}"
@@ -336,7 +288,7 @@ def lookup_net(name: str) -> Any:
     as `constructor(obs_size, action_size, **options, key=key)`.
 
     Raises:
-        ConfigError: unknown name (with a close match) or unimportable class.
+        ValueError: unknown name (with a close match) or unimportable class.
     """
     return _lookup("net", name, NETS)
 
@@ -350,7 +302,7 @@ def scalar_defaults(constructor: Any) -> dict[str, Any]:
     return {
         p.name: p.default
         for p in parameters
-        if p.name not in _SIGNATURE_SKIP
+        if p.name not in SIGNATURE_SKIP
         and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
         and isinstance(p.default, bool | int | float | str)
     }
@@ -360,171 +312,10 @@ def effective_options(constructor: Any, options: dict[str, Any]) -> dict[str, An
     """Every option of a network or environment constructor with the value it
     takes given `options`: the user's values, else the constructor's defaults (a
     factory that derives some, such as the sparse networks' `fan_in`, says so
-    itself)."""
-    from .nets import factories
-
-    if isinstance(constructor, factories.SparseNet) or constructor is factories.mlp:
-        return factories.effective_options(constructor, options)
+    itself through an `effective_options(options)` method: the hook a network
+    or environment with derived options provides)."""
+    hook = getattr(constructor, "effective_options", None)
+    if hook is not None:
+        effective: dict[str, Any] = dict(hook(options))
+        return effective
     return {**scalar_defaults(constructor), **options}
-
-
-@dataclasses.dataclass(frozen=True)
-class Parts:
-    """What an experiment's names stand for (see `lookup`).
-
-    Attributes:
-        env: the environment's constructor; `env_kwargs` its arguments.
-        env_options: every environment option with the value it takes.
-        net: the network's constructor (`net(obs_size, action_size, **options,
-            key=key)`); `net_options` every option with the value it takes.
-        strategy_kwargs: `[strategy.kwargs]` as constructor arguments (optax or
-            evosax optimizers and fitness-shaping functions built).
-    """
-
-    env: Any
-    env_kwargs: dict[str, Any]
-    env_options: dict[str, Any]
-    net: Any
-    net_options: dict[str, Any]
-    strategy_kwargs: dict[str, Any]
-
-
-def _strategy_kwargs(raw: Any) -> dict[str, Any]:
-    out = {}
-    for name, value in raw.items():
-        try:
-            out[name] = kwarg_value(Path("strategy.kwargs"), name, value)
-        except PresetError as err:
-            message = str(err).split(": ", 1)[-1].replace("kwargs.", "strategy.kwargs.")
-            raise ConfigError(message) from err
-    return out
-
-
-def lookup(experiment: Any) -> Parts:
-    """Every name an experiment config uses, looked up: its environment, network
-    and strategy constructor arguments (the algorithm itself is looked up by
-    `eqxevo.Strategy`, through `lookup_strategy`).
-
-    Raises:
-        ConfigError: an unknown name (with a close match), an unimportable class
-            or a malformed `[strategy.kwargs]` table.
-    """
-    env, fixed = lookup_env(experiment.env.name)
-    net = lookup_net(experiment.net.name)
-    env_options, net_options = (
-        dict(experiment.env.options),
-        dict(experiment.net.options),
-    )
-    return Parts(
-        env=env,
-        env_kwargs={**fixed, **env_options},
-        env_options=effective_options(env, env_options),
-        net=net,
-        net_options=effective_options(net, net_options),
-        strategy_kwargs=_strategy_kwargs(experiment.strategy.kwargs),
-    )
-
-
-# -- the catalogue for --help -------------------------------------------------------
-
-
-def signature_rows(constructor: Any) -> list[str]:
-    """`name: type = default` for each option of a constructor (TOML literals)."""
-    try:
-        parameters = inspect.signature(constructor).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    rows = []
-    for p in parameters:
-        if p.name in _SIGNATURE_SKIP or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
-            continue
-        annotation = (
-            ""
-            if p.annotation is inspect.Parameter.empty
-            else inspect.formatannotation(p.annotation)
-        )
-        for long, short in (
-            ("collections.abc.", ""),
-            ("typing.", ""),
-            ("optax._src.base.", "optax."),
-            ("jax.jaxlib._jax.", ""),
-            ("jaxlib._jax.", ""),
-        ):
-            annotation = annotation.replace(long, short)
-        rows.append(
-            f"{p.name}: {annotation} = {_shown_default(p)}" if annotation else p.name
-        )
-    return rows
-
-
-def _shown_default(p: inspect.Parameter) -> str:
-    if p.default is inspect.Parameter.empty:
-        return "(required)"
-    if p.default is None:
-        return "(unset)"
-    try:
-        return toml_value(p.default)
-    except ConfigError:
-        pass
-    if p.name == "optimizer":
-        return '(default) or { optax = "adam", learning_rate = 0.01 }'
-    if p.name == "fitness_shaping_fn":
-        return '(default) or "centered_rank" | "weights" | "identity" | ...'
-    return "(Python only)"
-
-
-def _params_rows(cls: Any) -> list[str]:
-    """The fields of an evosax algorithm's Params dataclass, with their types."""
-    module = importlib.import_module(cls.__module__)
-    params_cls = getattr(module, "Params", None)
-    if params_cls is None or not dataclasses.is_dataclass(params_cls):
-        return []
-    out = []
-    for f in dataclasses.fields(params_cls):
-        tp = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", f.type)
-        tp = str(tp).replace("jax.Array", "Array").replace("jaxlib._Array", "Array")
-        out.append(f"{f.name}: {tp}")
-    return out
-
-
-def _env_params_row(cls: Any) -> str | None:
-    # Built from a default instance: a class that needs arguments has no row.
-    try:
-        params = cls().default_params()
-    except Exception:  # a catalogue line must never break --help
-        return None
-    values = {
-        f.name: plain_value(getattr(params, f.name)) for f in dataclasses.fields(params)
-    }
-    return "    params " + ", ".join(
-        f"{k} = {toml_value(v)}" for k, v in values.items() if v is not None
-    )
-
-
-def catalogue() -> str:
-    """The networks' and environments' options (defaults as TOML literals): the
-    second half of `eqxevo run --help`. Algorithms: `eqxevo strategies NAME`."""
-    lines = ["Networks ([net] name = ...; [net.options]):"]
-    for name in NETS:
-        lines.append(f"  {name}: " + ", ".join(signature_rows(lookup_net(name))))
-    lines.append("")
-    lines.append("Environments ([env] name = ...; [env.options]; [env.params]):")
-    for name in ENVS:
-        cls, _ = lookup_env(name)
-        lines.append(f"  {name}: options " + ", ".join(signature_rows(cls)))
-        row = _env_params_row(cls)
-        if row:
-            lines.append(row)
-    lines.append("  gymnax:<id>: any gymnax environment (the rl extra)")
-    lines.append("  brax:<name>: any Brax environment (the brax extra)")
-    lines.append(
-        "  playground:<name>: MuJoCo Playground's DM Control suite (the "
-        "playground extra)"
-    )
-    lines.append("")
-    lines.append(
-        "Strategies ([strategy] name = ...): `eqxevo strategies` lists every "
-        "algorithm and preset; `eqxevo strategies NAME` its [strategy.params] and "
-        "[strategy.kwargs]."
-    )
-    return "\n".join(lines)

@@ -529,6 +529,15 @@ class LifetimeFitness(eqx.Module):
         raw observations, nothing tracked."""
         return dataclasses.replace(self, normalize_obs=False, obs_moments=None)
 
+    def heldout_fitness(self) -> "LifetimeFitness":
+        """The fitness of one held-out lifetime: one lifetime (held-out
+        evaluation averages lifetimes of its own), and with observation
+        normalisation raw observations (the held-out agent carries its frozen
+        moments: `heldout.heldout_genomes`)."""
+        if self.lifetimes != 1 or self.normalize_obs:
+            return dataclasses.replace(self.frozen(), lifetimes=1)
+        return self
+
     def shared_episode(self) -> "LifetimeFitness":
         """This fitness for a shared episode, whose key every genome gets
         unbatched (`evaluate` calls it): each block of steps draws the

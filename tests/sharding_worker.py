@@ -94,8 +94,8 @@ def evaluate_once(mesh: Any) -> Any:
     return evaluate(jr.key(3), lambda g, k: lifetime(g, k, 8), population, mesh=mesh)
 
 
-# Every built-in environment and every built-in network (`registry.ENVS`,
-# `registry.NETS`; a test checks both) in six pairs, small, episodes ending
+# Every built-in environment and every built-in network (`names.ENVS`,
+# `names.NETS`; a test checks both) in six pairs, small, episodes ending
 # every 10 steps (resets run transcendentals the other steps do not).
 BUILTINS = {
     "L0-sparse_rate": ("chemotaxis", "sparse_rate", {"num_neurons": 32, "fan_in": 8}),

@@ -7,7 +7,6 @@ from helpers import check_physics_step, tree_equal, whole_and_resumed
 
 import eqxevo
 from eqxevo import config
-from eqxevo.config import ConfigError
 from eqxevo.envs import BraxEnv
 from eqxevo.experiment import build
 from eqxevo.registry import lookup_env
@@ -55,7 +54,7 @@ def test_bad_input_is_one_line(kwargs, message):
 def test_config_names_brax_environments_with_a_close_match():
     constructor, fixed = lookup_env("brax:hopper")
     assert constructor is BraxEnv and fixed == {"name": "hopper"}
-    with pytest.raises(ConfigError, match="did you mean 'brax:hopper'"):
+    with pytest.raises(ValueError, match="did you mean 'brax:hopper'"):
         lookup_env("brax:hoper")
 
 

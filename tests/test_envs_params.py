@@ -21,8 +21,7 @@ from eqxevo.envs import (
     LongHorizonParams,
 )
 from eqxevo.envs.params import Spec
-from eqxevo.experiment.build import make_env
-from eqxevo.registry import lookup
+from eqxevo.experiment.build import lookup, make_env
 
 ENVS = {
     "chemotaxis": (Chemotaxis, ChemotaxisParams),

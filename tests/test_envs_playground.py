@@ -6,7 +6,6 @@ import pytest
 from helpers import check_physics_step
 
 from eqxevo import config
-from eqxevo.config import ConfigError
 from eqxevo.envs import PlaygroundEnv
 from eqxevo.experiment import build
 from eqxevo.registry import lookup_env
@@ -74,7 +73,7 @@ def test_loading_a_model_that_warns_writes_no_file_and_prints_nothing(
 def test_config_names_playground_environments_and_normalises_by_default():
     constructor, fixed = lookup_env("playground:CartpoleBalance")
     assert constructor is PlaygroundEnv and fixed == {"name": "CartpoleBalance"}
-    with pytest.raises(ConfigError, match="did you mean 'playground:WalkerWalk'"):
+    with pytest.raises(ValueError, match="did you mean 'playground:WalkerWalk'"):
         lookup_env("playground:WalkerWalck")
     built = build(
         config.load(
@@ -102,7 +101,7 @@ def test_a_missing_extra_is_one_line_with_the_install_command(monkeypatch, capsy
         return quiet_import(load, playground.INSTALL, "MuJoCo Playground environments")
 
     monkeypatch.setattr(playground, "_registry", missing)
-    with pytest.raises(ConfigError, match=r'pip install "eqxevo\[playground\]"') as err:
+    with pytest.raises(ValueError, match=r'pip install "eqxevo\[playground\]"') as err:
         lookup_env("playground:CartpoleBalance")
     assert "\n" not in str(err.value)
     assert capsys.readouterr().out == ""

@@ -15,7 +15,7 @@ import eqxevo
 from eqxevo import experiment
 from eqxevo.genome import GenomeLayout
 from eqxevo.nets import MLPPolicy, PlasticMLPPolicy
-from eqxevo.nets.factories import effective_options, mlp
+from eqxevo.nets.factories import mlp
 from eqxevo.rollout import lifetime_step, start_lifetime
 from eqxevo.testing import check_policy
 from eqxevo.trajectory import record
@@ -223,9 +223,9 @@ def test_the_mlp_factory_builds_the_plastic_mlp_from_its_options(key):
 
 
 def test_effective_options_list_the_whole_plasticity_table():
-    assert effective_options(mlp, {}) == {"width": 32, "depth": 2}
+    assert mlp.effective_options({}) == {"width": 32, "depth": 2}
     options = {"width": 4, "depth": 1, "plasticity": True}
-    effective = effective_options(mlp, options)
+    effective = mlp.effective_options(options)
     assert effective["plasticity"] == {
         "layers": [0, 1],
         "hebb_bound": 1.0,
@@ -233,7 +233,7 @@ def test_effective_options_list_the_whole_plasticity_table():
         "alpha_init": 0.0,
         "trace_rate": 0.1,
     }
-    assert effective_options(mlp, effective) == effective
+    assert mlp.effective_options(effective) == effective
     key = jr.key(0)
     assert tree_equal(mlp(2, 1, **effective, key=key), mlp(2, 1, **options, key=key))
 

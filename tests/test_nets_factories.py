@@ -5,7 +5,6 @@ import pytest
 from helpers import tree_equal
 
 from eqxevo.nets import MLPPolicy, sparse_lif, sparse_rate
-from eqxevo.nets.factories import effective_options
 
 OBS, ACT = 3, 2
 
@@ -33,7 +32,7 @@ def _toml_writable(value) -> bool:
     ids=["sparse_rate", "sparse_lif"],
 )
 def test_effective_options_build_the_same_network(factory, options, keys):
-    effective = effective_options(factory, options)
+    effective = factory.effective_options(options)
     assert set(effective) == keys
     assert effective["fan_in"] == 8 and effective["num_edges"] == 64 * 8
     assert effective["layout"] == "auto"  # "automatic" keeps its written value
@@ -65,8 +64,8 @@ def test_effective_options_build_the_same_network(factory, options, keys):
     ],
 )
 def test_effective_options_are_their_own_effective_options(factory, options):
-    effective = effective_options(factory, options)
-    assert effective_options(factory, effective) == effective
+    effective = factory.effective_options(options)
+    assert factory.effective_options(effective) == effective
     assert _toml_writable(effective)
     key = jr.key(1)
     assert tree_equal(
@@ -77,14 +76,22 @@ def test_effective_options_are_their_own_effective_options(factory, options):
 @pytest.mark.parametrize("p, self_connections", [(0.2, False), (0.05, True)])
 def test_effective_num_edges_is_the_topology_s(p, self_connections):
     options = {"connection_prob": p, "self_connections": self_connections}
-    effective = effective_options(sparse_rate, options | {"num_neurons": 30})
+    effective = sparse_rate.effective_options(options | {"num_neurons": 30})
     assert "fan_in" not in effective  # a probability, not a fan-in
     net = sparse_rate(OBS, ACT, num_neurons=30, **options, key=jr.key(2))
     assert effective["num_edges"] == net.layout.num_edges == net.weights.shape[0]
 
 
-def test_effective_options_refuse_other_constructors_and_bad_connectivity():
-    with pytest.raises(ValueError, match="sparse_rate or sparse_lif"):
-        effective_options(MLPPolicy, {})
+def test_the_registry_asks_a_constructor_for_its_effective_options():
+    # A network with derived options says them through its `effective_options`
+    # hook; any other constructor gets its scalar defaults and the user's values.
+    from eqxevo.registry import effective_options
+
+    assert effective_options(sparse_rate, {}) == sparse_rate.effective_options({})
+    got = effective_options(MLPPolicy, {"width": 4})
+    assert got == {"width": 4, "depth": 2}
+
+
+def test_effective_options_refuse_bad_connectivity():
     with pytest.raises(ValueError, match="fan_in or connection_prob, not both"):
-        effective_options(sparse_rate, {"fan_in": 4, "connection_prob": 0.1})
+        sparse_rate.effective_options({"fan_in": 4, "connection_prob": 0.1})

@@ -17,7 +17,6 @@ from eqxevo.nets import (
     Topology,
     sparse_rate,
 )
-from eqxevo.nets.factories import effective_options
 from eqxevo.nets.per_synapse import normalise_weights
 
 N, E_MAX, OBS, ACT, STEPS = 12, 48, 4, 2, 6
@@ -215,11 +214,11 @@ def test_a_per_synapse_table_builds_and_resolves_to_itself():
     net = sparse_rate(3, 2, **options, key=jr.key(0))
     assert isinstance(net.rule, PerSynapseHebbianRule)
     assert net.rule.learning_rate.shape == (30,)
-    effective = effective_options(sparse_rate, options)
+    effective = sparse_rate.effective_options(options)
     resolved = effective["plasticity"]
     assert resolved["rule"] == "per_synapse_hebbian" and resolved["normalise"] is True
     assert resolved["modulation"] == "none" and resolved["trace_decay"] == 0.0
-    assert effective_options(sparse_rate, effective) == effective
+    assert sparse_rate.effective_options(effective) == effective
     assert tree_equal(sparse_rate(3, 2, **effective, key=jr.key(0)), net)
 
 

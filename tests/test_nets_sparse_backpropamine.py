@@ -22,7 +22,6 @@ from eqxevo.nets import (
     sparse_lif,
     sparse_rate,
 )
-from eqxevo.nets.factories import effective_options
 
 # One small topology for the whole file (padded: some edge slots are masked out).
 N, E_MAX, OBS, ACT, STEPS = 12, 48, 4, 2, 12
@@ -297,9 +296,9 @@ def test_a_backpropamine_table_builds_and_resolves_to_itself(factory):
     net = factory(3, 2, **options, key=jr.key(0))
     assert isinstance(net.rule, BackpropamineRule)
     assert net.rule.hebb_bound == 0.5 and net.rule.alpha.shape == (30,)
-    effective = effective_options(factory, options)
+    effective = factory.effective_options(options)
     assert effective["plasticity"] == table | {"alpha_init": 0.0, "trace_rate": 0.1}
-    assert effective_options(factory, effective) == effective
+    assert factory.effective_options(effective) == effective
     assert tree_equal(factory(3, 2, **effective, key=jr.key(0)), net)
     with pytest.raises(ValueError, match=r"plasticity\.rule must be one of"):
         factory(3, 2, plasticity={"rule": "oja"}, key=jr.key(0))
@@ -307,7 +306,7 @@ def test_a_backpropamine_table_builds_and_resolves_to_itself(factory):
 
 def test_the_default_rule_s_table_is_unchanged():
     # a config written before rule kinds existed resolves to the same table
-    effective = effective_options(sparse_rate, {"plasticity": True})["plasticity"]
+    effective = sparse_rate.effective_options({"plasticity": True})["plasticity"]
     assert "rule" not in effective and effective["trace_decay"] == 0.9
 
 

@@ -21,7 +21,7 @@ from helpers import Net, sphere
 from sharding_worker import BUILTINS, DISTRIBUTED, SCENARIOS, flatten
 
 import eqxevo
-from eqxevo.registry import ENVS, NETS
+from eqxevo.names import ENVS, NETS
 from eqxevo.sharding import (
     POPULATION_AXIS,
     check_divisible,

@@ -4,6 +4,7 @@ fitness, and the config with the effective value of every option written out.
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import equinox as eqx
@@ -19,10 +20,71 @@ from ..evaluate import initial_carry
 from ..keys import seed_keys
 from ..obs_norm import normalized
 from ..options import EvolveOptions
-from ..registry import Parts, lookup
+from ..presets import PresetError, kwarg_value
+from ..registry import effective_options, lookup_env, lookup_net
 from ..rollout import LifetimeFitness
 from ..runs import initial_state
 from ..strategy import Strategy, StrategyState
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """What an experiment's names stand for (see `lookup`).
+
+    Attributes:
+        env: the environment's constructor; `env_kwargs` its arguments.
+        env_options: every environment option with the value it takes.
+        net: the network's constructor (`net(obs_size, action_size, **options,
+            key=key)`); `net_options` every option with the value it takes.
+        strategy_kwargs: `[strategy.kwargs]` as constructor arguments (optax or
+            evosax optimizers and fitness-shaping functions built).
+    """
+
+    env: Any
+    env_kwargs: dict[str, Any]
+    env_options: dict[str, Any]
+    net: Any
+    net_options: dict[str, Any]
+    strategy_kwargs: dict[str, Any]
+
+
+def _strategy_kwargs(raw: Any) -> dict[str, Any]:
+    out = {}
+    for name, value in raw.items():
+        try:
+            out[name] = kwarg_value(Path("strategy.kwargs"), name, value)
+        except PresetError as err:
+            message = str(err).split(": ", 1)[-1].replace("kwargs.", "strategy.kwargs.")
+            raise ConfigError(message) from err
+    return out
+
+
+def lookup(experiment: Experiment) -> Parts:
+    """Every name an experiment config uses, looked up: its environment, network
+    and strategy constructor arguments (the algorithm itself is looked up by
+    `eqxevo.Strategy`, through `lookup_strategy`).
+
+    Raises:
+        ConfigError: an unknown name (with a close match), an unimportable class
+            or a malformed `[strategy.kwargs]` table.
+    """
+    try:
+        env, fixed = lookup_env(experiment.env.name)
+        net = lookup_net(experiment.net.name)
+    except ValueError as err:  # the core's lookups, in the config's words
+        raise ConfigError(str(err)) from err
+    env_options, net_options = (
+        dict(experiment.env.options),
+        dict(experiment.net.options),
+    )
+    return Parts(
+        env=env,
+        env_kwargs={**fixed, **env_options},
+        env_options=effective_options(env, env_options),
+        net=net,
+        net_options=effective_options(net, net_options),
+        strategy_kwargs=_strategy_kwargs(experiment.strategy.kwargs),
+    )
 
 
 def _construct(constructor: Any, key: str, kwargs: Mapping[str, Any]) -> Any:
@@ -223,14 +285,11 @@ class Built:
         """The fitness of one held-out episode: `fitness` living one lifetime
         (`run.lifetimes_per_fitness` averages training lifetimes only; held-out
         evaluation averages `run.eval_episodes` lifetimes of its own)."""
-        fitness = self.fitness
-        if isinstance(fitness, LifetimeFitness) and (
-            fitness.lifetimes != 1 or fitness.normalize_obs
-        ):
-            # With observation normalisation the held-out agent carries its
-            # frozen moments (`heldout_genomes`): the fitness tracks nothing.
-            return dataclasses.replace(fitness.frozen(), lifetimes=1)
-        return fitness
+        # The fitness's own hook (`LifetimeFitness.heldout_fitness`,
+        # `AbstractPopulationFitness.heldout_fitness`); a plain function is its
+        # own held-out fitness.
+        hook = getattr(self.fitness, "heldout_fitness", None)
+        return self.fitness if hook is None else hook()
 
     @property
     def agent(self) -> Genome:
@@ -286,8 +345,10 @@ def build(experiment: Experiment) -> Built:
 
 __all__ = [
     "Built",
+    "Parts",
     "build",
     "effective_config",
+    "lookup",
     "make_env",
     "make_genome",
     "make_strategy",

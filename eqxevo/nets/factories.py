@@ -1,4 +1,5 @@
-"""`sparse_rate`, `sparse_lif` and `mlp`: networks from plain options (TOML).
+"""`sparse_rate`, `sparse_lif` and `mlp`: networks from plain options (TOML), each
+with `effective_options(options)` (the registry's hook for config.toml).
 
 See docs/networks.md ("Sparse networks in experiment files", "Backpropamine
 plasticity").
@@ -249,91 +250,92 @@ sparse_lif = SparseNet(
 builds an `STDPRule`, or with `rule = "backpropamine"` a `BackpropamineRule`."""
 
 
-def mlp(
-    obs_size: int,
-    action_size: int,
-    width: int = 32,
-    depth: int = 2,
-    activation: Callable[[Array], Array] = jnp.tanh,
-    final_activation: Callable[[Array], Array] = jnp.tanh,
-    plasticity: bool | Mapping[str, Any] | None = None,
-    *,
-    key: PRNGKey,
-) -> MLPPolicy | PlasticMLPPolicy:
-    """`[net] name = "mlp"`: an `MLPPolicy`, or with `plasticity` a
-    `PlasticMLPPolicy` (backpropamine).
+class MLPNet:
+    """`[net] name = "mlp"` (`mlp`): an `MLPPolicy`, or with `plasticity` a
+    `PlasticMLPPolicy` (backpropamine); `mlp.effective_options(options)` lists
+    every option with the value it takes."""
 
-    Arguments:
-        obs_size, action_size, width, depth, activation, final_activation: as
-            `MLPPolicy`.
-        plasticity: off (None or false: exactly `MLPPolicy(..., key=key)`),
-            `true` for backpropamine's defaults, or a table of the plastic
-            arguments of `PlasticMLPPolicy` (e.g. `{ layers = [1], hebb_bound =
-            1.0, modulation = "retroactive" }`).
-        key: initialisation key.
-    """
-    table = _plasticity_table(plasticity, "PlasticMLPPolicy")
-    if table is None:
-        return MLPPolicy(
-            obs_size, action_size, width, depth, activation, final_activation, key=key
+    def __init__(self) -> None:
+        self.__name__ = self.__qualname__ = "mlp"  # as `[net] name` writes it
+
+    def __repr__(self) -> str:
+        return "<network factory mlp: MLPPolicy | PlasticMLPPolicy>"
+
+    def __call__(
+        self,
+        obs_size: int,
+        action_size: int,
+        width: int = 32,
+        depth: int = 2,
+        activation: Callable[[Array], Array] = jnp.tanh,
+        final_activation: Callable[[Array], Array] = jnp.tanh,
+        plasticity: bool | Mapping[str, Any] | None = None,
+        *,
+        key: PRNGKey,
+    ) -> MLPPolicy | PlasticMLPPolicy:
+        """An `MLPPolicy`, or with `plasticity` a `PlasticMLPPolicy`.
+
+        Arguments:
+            obs_size, action_size, width, depth, activation, final_activation:
+                as `MLPPolicy`.
+            plasticity: off (None or false: exactly `MLPPolicy(..., key=key)`),
+                `true` for backpropamine's defaults, or a table of the plastic
+                arguments of `PlasticMLPPolicy` (e.g. `{ layers = [1], hebb_bound
+                = 1.0, modulation = "retroactive" }`).
+            key: initialisation key.
+        """
+        table = _plasticity_table(plasticity, "PlasticMLPPolicy")
+        if table is None:
+            return MLPPolicy(
+                obs_size,
+                action_size,
+                width,
+                depth,
+                activation,
+                final_activation,
+                key=key,
+            )
+        return PlasticMLPPolicy(
+            obs_size,
+            action_size,
+            width,
+            depth,
+            activation,
+            final_activation,
+            **table,
+            key=key,
         )
-    return PlasticMLPPolicy(
-        obs_size,
-        action_size,
-        width,
-        depth,
-        activation,
-        final_activation,
-        **table,
-        key=key,
-    )
+
+    def effective_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Every option with the value it takes given `options`: the scalar
+        defaults, the user's values, and with plasticity on the whole table
+        (`layers` listed); plasticity unset stays unset, so a non-plastic MLP's
+        config is what it was before plasticity."""
+        own = _defaults(self.__call__)
+        values: dict[str, Any] = {
+            k: v for k, v in own.items() if isinstance(v, bool | int | float)
+        }
+        values |= options
+        table = values.get("plasticity")
+        if table is True or isinstance(table, Mapping):
+            # the plastic arguments: those PlasticMLPPolicy takes beyond mlp's own
+            plastic = _defaults(PlasticMLPPolicy, _NOT_OPTIONS | set(own))
+            table = plastic | dict(table if isinstance(table, Mapping) else {})
+            if table["layers"] is None:
+                table["layers"] = list(range(values["depth"] + 1))
+            values["plasticity"] = table
+        return {k: _plain(v) for k, v in values.items() if v is not None}
 
 
-def _mlp_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """`mlp`'s effective options: its scalar defaults, the user's values, and
-    with plasticity on the whole table (`layers` listed); plasticity unset stays
-    unset, so a non-plastic MLP's config is what it was before plasticity."""
-    own = _defaults(mlp)
-    values: dict[str, Any] = {
-        k: v for k, v in own.items() if isinstance(v, bool | int | float)
-    }
-    values |= options
-    table = values.get("plasticity")
-    if table is True or isinstance(table, Mapping):
-        # the plastic arguments: those PlasticMLPPolicy takes beyond mlp's own
-        plastic = _defaults(PlasticMLPPolicy, _NOT_OPTIONS | set(own))
-        table = plastic | dict(table if isinstance(table, Mapping) else {})
-        if table["layers"] is None:
-            table["layers"] = list(range(values["depth"] + 1))
-        values["plasticity"] = table
-    return {k: _plain(v) for k, v in values.items() if v is not None}
-
-
-def effective_options(factory: Any, options: Mapping[str, Any]) -> dict[str, Any]:
-    """Every option of `sparse_rate`, `sparse_lif` or `mlp` with the value it takes.
-
-    See `SparseNet.effective_options`; for `mlp`, its defaults and, with
-    plasticity on, the whole `PlasticMLPPolicy` table. The resolved config.toml
-    of a run writes these.
-
-    Raises:
-        ValueError: `factory` is not one of these factories, or `options` give
-            both `fan_in` and `connection_prob`.
-    """
-    if factory is mlp:
-        return _mlp_options(options)
-    if not isinstance(factory, SparseNet):
-        raise ValueError(
-            "effective_options: factory must be sparse_rate or sparse_lif (a "
-            f"SparseNet), or mlp; got {factory!r}"
-        )
-    return factory.effective_options(options)
+mlp = MLPNet()
+"""`[net] name = "mlp"`: `mlp(obs_size, action_size, width=32, depth=2, ...,
+plasticity=None, *, key)`."""
 
 
 __all__ = [
     "DEFAULT_FAN_IN",
+    "MLPNet",
     "SparseNet",
-    "effective_options",
     "mlp",
     "sparse_lif",
     "sparse_rate",

@@ -353,8 +353,9 @@ class HebbianRule(AbstractRule):
     Arguments:
         a, b, c, d: initial coefficients (evolvable).
         trace_decay: lambda, the per-step decay of the eligibility trace, in [0, 1).
-        learning_rate, modulation, modulator, weight_bounds, trace_dtype,
-            baseline_decay, reward_bound: see `AbstractRule`.
+
+    `learning_rate`, `modulation`, `modulator`, `weight_bounds`, `trace_dtype`,
+    `baseline_decay` and `reward_bound` are as in `AbstractRule`.
     """
 
     a: Scalar = _coefficient(1.0)
@@ -388,9 +389,10 @@ class STDPRule(AbstractRule):
         a_plus, a_minus: initial potentiation / depression amplitudes (evolvable).
         tau_plus, tau_minus: time constants of the pre / post spike traces.
         tau_eligibility: time constant of the per-edge eligibility trace.
-        learning_rate, modulation, modulator, weight_bounds, trace_dtype,
-            baseline_decay, reward_bound: see `AbstractRule` (with
-            modulation="neuron", m is the modulator's spike).
+
+    `learning_rate`, `modulation`, `modulator`, `weight_bounds`, `trace_dtype`,
+    `baseline_decay` and `reward_bound` are as in `AbstractRule` (with
+    modulation="neuron", m is the modulator's spike).
     """
 
     a_plus: Scalar = _coefficient(1.0)

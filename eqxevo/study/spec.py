@@ -328,7 +328,7 @@ def _names(cells: list[Cell]) -> list[str]:
         for name in sorted(names):
             try:
                 lookup(name)
-            except ConfigError as err:
+            except ValueError as err:
                 errors.append(str(err))
     return errors
 
