@@ -120,6 +120,7 @@ class _Setup:
     run_key: Any
     state: StrategyState
     halted: Array
+    options: EvolveOptions
 
 
 def _prepare(
@@ -128,11 +129,13 @@ def _prepare(
     fitness_fn: Any,
     *,
     state: StrategyState | None,
-    num_seeds: int | None,
-    runs: int | None,
-    options: EvolveOptions,
+    num_seeds: int | None = None,
+    runs: int | None = None,
+    options: EvolveOptions | None = None,
+    **changes: Any,
 ) -> _Setup:
     """Check `evolve`'s arguments and build the chunk program and its inputs."""
+    options = EvolveOptions.of(options, changes)
     if not isinstance(strategy, Strategy):
         raise TypeError(
             f"strategy must be an eqxevo.Strategy; got {type(strategy).__name__}"
@@ -181,7 +184,7 @@ def _prepare(
     # With a mesh, everything the chunks carry lives whole on every device (and
     # every process): the strategy state is replicated, only evaluation splits.
     state, run_key, halted = replicate((state, run_key, halted), mesh)
-    return _Setup(program, run_key, state, halted)
+    return _Setup(program, run_key, state, halted, options)
 
 
 def _check_carry(state: StrategyState, fitness_fn: Any, batch_shape: Any) -> None:
@@ -383,7 +386,6 @@ def evolve(
         >>> result = eqxevo.evolve(jr.key(0), strategy, fitness_fn, num_generations=100)
         >>> result.history["best"]  # one value per generation
     """
-    options = EvolveOptions.of(options, changes)
     positive_int("num_generations", num_generations)
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable; got {type(callback).__name__}")
@@ -395,7 +397,9 @@ def evolve(
         num_seeds=num_seeds,
         runs=runs,
         options=options,
+        **changes,
     )
+    options = setup.options
     state, halted = setup.state, setup.halted
     start_generation = int(np.max(np.asarray(state.generation)))
     host = _Host(
@@ -461,29 +465,17 @@ def compile_chunk(
     fitness_fn: Callable[..., Any] | AbstractPopulationFitness,
     *,
     state: StrategyState,
-    num_seeds: int | None = None,
-    runs: int | None = None,
-    options: EvolveOptions | None = None,
-    **changes: Any,
+    **arguments: Any,
 ) -> jax.stages.Compiled:
     """Compile the chunk program `evolve(key, strategy, fitness_fn, state=state,
-    num_seeds=..., runs=..., options=options, **changes)` would run, ahead of
-    time.
+    **arguments)` would run, ahead of time (`arguments`: `evolve`'s `num_seeds`,
+    `runs`, `options` and option changes).
 
     Returns the compiled program, whose `memory_analysis()` and
     `cost_analysis()` are XLA's estimates; JAX keeps the executable, so the
     `evolve` call that follows does not compile again.
     """
-    options = EvolveOptions.of(options, changes)
-    setup = _prepare(
-        key,
-        strategy,
-        fitness_fn,
-        state=state,
-        num_seeds=num_seeds,
-        runs=runs,
-        options=options,
-    )
+    setup = _prepare(key, strategy, fitness_fn, state=state, **arguments)
     lowered = run_chunk.lower(  # pyright: ignore[reportFunctionMemberAccess]
         setup.program,
         strategy,

@@ -119,7 +119,7 @@ def test_mann_whitney_separates_two_clear_groups_and_not_equal_ones():
 
 
 def test_time_to_target_is_the_first_kept_mean_at_or_above_it():
-    run = sides.Run(
+    run = sides.Case(
         seconds=[1.0, 2.0, 3.0, 4.0],
         generations=[10, 20, 30, 40],
         means=[None] * 4,

@@ -183,17 +183,22 @@ def test_a_complete_run_scores_its_final_genomes_on_held_out_lifetimes(
     assert row["best_fitness"] == summary["best_fitness"]
 
 
+def _one_run_study(seed: int, algorithm: str, run_keys: str) -> str:
+    """TINY as one cell and one seed, with `algorithm` and extra [run] keys."""
+    return (
+        TINY.replace("seeds = 2", f"seeds = [{seed}]")
+        .replace("[0.05, 0.3]", "[0.3]")
+        .replace('[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', "")
+        .replace("population_size = 8", f'population_size = 8\nname = "{algorithm}"')
+        .replace("[run]", f"[run]\n{run_keys}")
+    )
+
+
 def test_a_one_cell_study_and_eqxevo_run_record_the_same_numbers(tmp_path):
     # The same experiment and seed, as a study's only run and through `eqxevo
     # run`: the same held-out lifetimes, the same records, the same genomes.
     # CMA_ES keeps float params that a study's axis turns into traced arrays.
-    text = (
-        TINY.replace("seeds = 2", "seeds = [1]")
-        .replace("[0.05, 0.3]", "[0.3]")
-        .replace('[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', "")
-        .replace("population_size = 8", 'population_size = 8\nname = "CMA_ES"')
-        .replace("[run]", "[run]\neval_every = 4\neval_episodes = 5")
-    )
+    text = _one_run_study(1, "CMA_ES", "eval_every = 4\neval_episodes = 5")
     study = load(write_study(tmp_path, text))
     (run,) = study.runs
     run_study(study, tmp_path / "study", quiet=True)
@@ -243,13 +248,8 @@ def test_a_study_cell_equals_eqxevo_run_with_batch_size_and_devices(tmp_path):
     # Sep_CMA_ES, micro-batches and two devices: the study hands `evolve` the
     # options `eqxevo run` does (built from the config in one place), and the run
     # directories hold the same records, genomes and held-out scores.
-    text = (
-        TINY.replace("seeds = 2", "seeds = [3]")
-        .replace("[0.05, 0.3]", "[0.3]")
-        .replace('[[study.arms]]\nname = "wide"\n"net.options.width" = 12\n', "")
-        .replace("population_size = 8", 'population_size = 8\nname = "Sep_CMA_ES"')
-        .replace("[run]", "[run]\nbatch_size = 2\neval_every = 3\neval_episodes = 4")
-    )
+    keys = "batch_size = 2\neval_every = 3\neval_episodes = 4"
+    text = _one_run_study(3, "Sep_CMA_ES", keys)
     file = write_study(tmp_path, text)
     (run,) = load(file).runs
     out, into = tmp_path / "study", tmp_path / "runs"

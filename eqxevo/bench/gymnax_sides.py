@@ -23,7 +23,7 @@ from .gymnax_task import (
 
 
 @dataclasses.dataclass
-class Run:
+class Case:
     """One seed of one side: the kept means and when each chunk finished."""
 
     seconds: list[float]  # wall time since the run started, per kept mean
@@ -41,11 +41,11 @@ def _finish(
     kept: list[tuple[float, int, Any]],
     mean_of: Callable[[Any], Any],
     clock: tuple[float, float],
-) -> Run:
-    """The `Run` of the kept `(seconds, generation, state)` triples, timed since
+) -> Case:
+    """The `Case` of the kept `(seconds, generation, state)` triples, timed since
     `clock` (`_clock()` at the start); `mean_of(state)` is the search mean."""
     wall_s, cpu_s = time.perf_counter() - clock[0], time.process_time() - clock[1]
-    return Run(
+    return Case(
         seconds=[s for s, _, _ in kept],
         generations=[g for _, g, _ in kept],
         means=[mean_of(state) for _, _, state in kept],
@@ -99,7 +99,7 @@ class EqxevoSide:
         jax.block_until_ready(result.state)
         return time.perf_counter() - start
 
-    def run(self, seed: int, generations: int) -> Run:
+    def run(self, seed: int, generations: int) -> Case:
         """Seed `seed`'s search through `evolve`, the mean kept after every chunk."""
         strategy = self.strategy(seed)
         kept: list[tuple[float, int, Any]] = []
@@ -179,7 +179,7 @@ class EvosaxSide:
         jax.block_until_ready(carry)
         return time.perf_counter() - start
 
-    def run(self, seed: int, generations: int) -> Run:
+    def run(self, seed: int, generations: int) -> Case:
         """Seed `seed`'s search: the step from Python, synced every chunk."""
         carry = self.start(seed)
         kept: list[tuple[float, int, Any]] = []
@@ -211,4 +211,4 @@ def sides(task: Task, algorithm: str, *, sharded: bool = False) -> dict[str, Any
     return out
 
 
-__all__ = ["EqxevoSide", "EvosaxSide", "Run", "sides"]
+__all__ = ["Case", "EqxevoSide", "EvosaxSide", "sides"]

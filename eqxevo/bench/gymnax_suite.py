@@ -17,7 +17,7 @@ import numpy as np
 
 from .._checks import positive_int
 from .._cli import CONTEXT, fail
-from .gymnax_sides import Run, sides
+from .gymnax_sides import Case, sides
 from .gymnax_task import QUICK_TASKS, TASKS, Task, heldout_returns
 
 ALGORITHMS = ("snes", "pgpe", "open_es", "cma_es")
@@ -40,7 +40,7 @@ def mann_whitney(a: Sequence[float], b: Sequence[float]) -> float:
     return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
-def time_to_target(run: Run, returns: Sequence[float], target: float) -> float:
+def time_to_target(run: Case, returns: Sequence[float], target: float) -> float:
     """Wall seconds to the first kept mean whose held-out return >= target (inf if
     none)."""
     for seconds, value in zip(run.seconds, returns, strict=True):
@@ -66,7 +66,7 @@ def compare(
     generations = task.generations if generations is None else generations
     compared = sides(task, algorithm, sharded=sharded)
     compile_s = {name: side.compile() for name, side in compared.items()}
-    runs: dict[str, list[Run]] = {name: [] for name in compared}
+    runs: dict[str, list[Case]] = {name: [] for name in compared}
     for seed in range(seeds):
         for name, side in compared.items():
             runs[name].append(side.run(seed, generations))
@@ -98,7 +98,7 @@ def compare(
 
 
 def _side_figures(
-    name: str, task: Task, runs: list[Run], compile_s: float, generations: int
+    name: str, task: Task, runs: list[Case], compile_s: float, generations: int
 ) -> tuple[dict[str, Any], list[float]]:
     """One side's columns of the record (prefixed `name_`), and each seed's final
     held-out return."""

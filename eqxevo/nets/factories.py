@@ -285,26 +285,10 @@ class MLPNet:
             key: initialisation key.
         """
         table = _plasticity_table(plasticity, "PlasticMLPPolicy")
+        sizes = (obs_size, action_size, width, depth, activation, final_activation)
         if table is None:
-            return MLPPolicy(
-                obs_size,
-                action_size,
-                width,
-                depth,
-                activation,
-                final_activation,
-                key=key,
-            )
-        return PlasticMLPPolicy(
-            obs_size,
-            action_size,
-            width,
-            depth,
-            activation,
-            final_activation,
-            **table,
-            key=key,
-        )
+            return MLPPolicy(*sizes, key=key)
+        return PlasticMLPPolicy(*sizes, **table, key=key)
 
     def effective_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """Every option with the value it takes given `options`: the scalar

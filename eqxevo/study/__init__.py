@@ -8,9 +8,9 @@ from .executor import (
 from .group import Program as Program, plan as plan
 from .spec import (
     Cell as Cell,
-    Run as Run,
     Study as Study,
     StudyError as StudyError,
+    Trial as Trial,
     load as load,
 )
 from .status import status as status

@@ -13,18 +13,18 @@ import numpy as np
 from ..config import ConfigError, Experiment
 from ..experiment import Built, build
 from ..runs import stack_runs
-from .spec import Run, Study, StudyError
+from .spec import Study, StudyError, Trial
 
 
 @dataclasses.dataclass(frozen=True)
 class Member:
     """A run and its built objects (strategy, fitness, key)."""
 
-    run: Run
+    run: Trial
     built: Built
 
 
-def build_run(run: Run) -> Member:
+def build_run(run: Trial) -> Member:
     """Build a run's environment, genome, strategy and fitness.
 
     Raises:
@@ -66,7 +66,7 @@ class Program:
     members: tuple[Member, ...]
 
     @property
-    def runs(self) -> tuple[Run, ...]:
+    def runs(self) -> tuple[Trial, ...]:
         return tuple(m.run for m in self.members)
 
     @property
@@ -152,7 +152,7 @@ def group(members: Sequence[Member], max_runs: int | None = None) -> list[Progra
     return [Program(i, tuple(g)) for i, g in enumerate(groups)]
 
 
-def plan(study: Study, runs: Sequence[Run] | None = None) -> list[Program]:
+def plan(study: Study, runs: Sequence[Trial] | None = None) -> list[Program]:
     """Build every run of the study (or `runs`) and group them into programs.
 
     Raises:

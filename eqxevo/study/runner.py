@@ -23,10 +23,10 @@ from ..lock import LockedError
 from ..runs import take
 from .group import Member, Program, stacked
 from .progress import StudyProgress
-from .spec import Run as StudyRun, Study, StudyError, from_dict
+from .spec import Study, StudyError, Trial, from_dict
 
 
-def run_dir(out: str | Path, run: StudyRun) -> Path:
+def run_dir(out: str | Path, run: Trial) -> Path:
     """`OUT/runs/<cell>/seed-<seed>`: the run's directory."""
     return Path(out) / "runs" / run.id
 
@@ -40,7 +40,7 @@ def read_summary(path: str | Path) -> dict[str, Any]:
         return {}
 
 
-def is_done(out: str | Path, run: StudyRun) -> bool:
+def is_done(out: str | Path, run: Trial) -> bool:
     """Whether the run is complete (its summary says so, for its generations)."""
     summary = read_summary(run_dir(out, run))
     return bool(summary.get("complete")) and (

@@ -53,8 +53,9 @@ class Cell:
 
 
 @dataclasses.dataclass(frozen=True)
-class Run:
-    """A cell with one seed; `experiment.run.seed` is the seed."""
+class Trial:
+    """A cell with one seed (`experiment.run.seed`): one trial of the study, run
+    in its own run directory (`eqxevo.experiment.Run`)."""
 
     cell: Cell
     seed: int
@@ -94,10 +95,10 @@ class Study:
     data: dict[str, Any]
 
     @property
-    def runs(self) -> tuple[Run, ...]:
+    def runs(self) -> tuple[Trial, ...]:
         """Every run: cells in order, seeds inner."""
         return tuple(
-            Run(cell, seed, _with_seed(cell.experiment, seed))
+            Trial(cell, seed, _with_seed(cell.experiment, seed))
             for cell in self.cells
             for seed in self.seeds
         )
@@ -349,9 +350,9 @@ def load(path: str | Path) -> Study:
 
 __all__ = [
     "Cell",
-    "Run",
     "Study",
     "StudyError",
+    "Trial",
     "check_key",
     "format_value",
     "from_dict",

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..lock import holder
 from .runner import load_plan, load_study, read_summary, run_dir
-from .spec import Run, Study
+from .spec import Study, Trial
 
 
 def _generations(path: Path) -> int:
@@ -19,7 +19,7 @@ def _generations(path: Path) -> int:
         return sum(1 for line in f if line.endswith(b"\n"))
 
 
-def _progress(out: str | Path, run: Run) -> tuple[bool, int]:
+def _progress(out: str | Path, run: Trial) -> tuple[bool, int]:
     """`(complete, generations recorded)` of one run."""
     path = run_dir(out, run)
     summary = read_summary(path)
