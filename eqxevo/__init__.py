@@ -3,6 +3,7 @@ Re-exports only; importing starts nothing (evosax, and with it JAX's backends,
 loads on first use, so `use_cpu_devices()` works right after `import eqxevo`).
 """
 
+from .bits import fast_cpu_prng as fast_cpu_prng
 from .evaluate import (
     AbstractPopulationFitness as AbstractPopulationFitness,
     evaluate as evaluate,
@@ -21,7 +22,6 @@ from .genome import GenomeLayout as GenomeLayout
 from .keys import generation_keys as generation_keys
 from .options import EvolveOptions as EvolveOptions
 from .presets import PresetError as PresetError
-from .prng import fast_cpu_prng as fast_cpu_prng
 from .registry import strategies as strategies
 from .rollout import LifetimeFitness as LifetimeFitness, rollout as rollout
 from .runs import stack_runs as stack_runs

@@ -16,6 +16,7 @@ from jax.sharding import Mesh
 
 from ._checks import one_of, optional_positive_int
 from ._types import Array, Fitness, Int, Population, PRNGKey, PRNGKeys, PyTree
+from .bits import block_width
 from .fitness import fitness_dtype
 from .sharding import check_divisible, mesh_size, shard_population
 
@@ -39,32 +40,6 @@ def population_size_of(population: Population, filter_spec: Any) -> int:
             f"{sorted(sizes) if leaves else 'none (no evolvable leaves)'}"
         )
     return sizes.pop()
-
-
-BLOCK_ALIGN = 16
-"""Evaluation blocks are a multiple of this many genomes (padded with copies), so
-every genome runs XLA:CPU's vectorised loop, never its scalar remainder, whatever
-the batch size or device count (docs/reproducibility.md)."""
-
-
-CPU_BLOCK_MAX = 128
-"""On CPU, evaluation blocks hold at most this many genomes, whatever
-`batch_size` asks: XLA:CPU's fusion choices depend on the size of a block's
-arrays, and a wider block can change a genome's last bits (L2 blocks of 176
-genomes or more differed from blocks of 16-160; docs/reproducibility.md,
-mechanism 6). Other platforms evaluate the whole population at once."""
-
-
-def block_width(count: int, batch_size: int | None) -> int:
-    """Genomes per evaluation block: `batch_size` (or all `count`), at most
-    `CPU_BLOCK_MAX` on CPU, evened out over the blocks that takes and rounded
-    up to a multiple of `BLOCK_ALIGN`."""
-    wanted = count if batch_size is None else min(batch_size, count)
-    if jax.default_backend() == "cpu":
-        wanted = min(wanted, CPU_BLOCK_MAX)
-    num_blocks = -(-count // wanted)
-    wanted = -(-count // num_blocks)  # 144 genomes: 2 blocks of 72, not 128 + 16
-    return -(-wanted // BLOCK_ALIGN) * BLOCK_ALIGN
 
 
 class EvalSettings(eqx.Module):
@@ -416,13 +391,10 @@ def evaluate_with(
 
 
 __all__ = [
-    "BLOCK_ALIGN",
-    "CPU_BLOCK_MAX",
     "EPISODES",
     "AbstractPopulationFitness",
     "Episodes",
     "EvalSettings",
-    "block_width",
     "draws_apart",
     "evaluate",
     "evaluate_genomes",

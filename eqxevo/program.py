@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 
 from ._types import Array, Metrics, PRNGKey, PRNGKeys
+from .bits import stage
 from .evaluate import (
     AbstractPopulationFitness,
     EvalSettings,
@@ -21,7 +22,6 @@ from .evaluate import (
 from .fitness import best_index
 from .keys import generation_keys
 from .sharding import replicated
-from .staging import stage
 from .strategy import Strategy, StrategyState
 from .strategy.base import with_evaluation
 

@@ -14,11 +14,11 @@ import jax.tree_util as jtu
 
 from ._checks import positive_int
 from ._types import Array, PRNGKey, PRNGKeys, Scalar
+from .bits import draws_apart_pay, stage, true_at_run_time
 from .early_exit import EXIT_CHUNK, until_done
 from .envs.base import AbstractEnv, EnvParams, noise_apart
 from .nets.base import AbstractPolicy
 from .obs_norm import ObsMoments, RunningObs, merge_stacked, normalized
-from .staging import draws_apart_pay, stage, true_at_run_time
 
 Summary = dict[str, Any]
 """A lifetime's scalars: `total_reward`, `mean_reward`, ... (see `rollout`), and

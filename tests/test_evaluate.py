@@ -18,7 +18,8 @@ from hypothesis import example, given, settings
 from jaxtyping import TypeCheckError
 
 from eqxevo import Strategy
-from eqxevo.evaluate import BLOCK_ALIGN, block_width, evaluate, genome_keys
+from eqxevo.bits import BLOCK_ALIGN, block_width
+from eqxevo.evaluate import evaluate, genome_keys
 from eqxevo.genome import GenomeLayout
 
 

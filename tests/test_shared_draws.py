@@ -18,11 +18,11 @@ from helpers import tree_equal
 from hypothesis import example, given, settings
 
 from eqxevo import LifetimeFitness, evaluate
+from eqxevo.bits import CPU_BLOCK_MAX, block_width, draws_apart_pay
 from eqxevo.config import from_dict
-from eqxevo.evaluate import CPU_BLOCK_MAX, block_width, draws_apart
+from eqxevo.evaluate import draws_apart
 from eqxevo.experiment import build
 from eqxevo.rollout import DRAW_BLOCK, draw_block, rollout
-from eqxevo.staging import draws_apart_pay
 from eqxevo.trajectory import record
 
 NETS = {

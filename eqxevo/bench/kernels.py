@@ -98,7 +98,7 @@ def unrolled_threefry_kernels(name: str, quick: bool) -> list[dict[str, Any]]:
     lowering JAX uses on other backends. It changes the process's JAX for good:
     call this in a child (`bench.spawn`).
     """
-    from ..prng import fast_cpu_prng
+    from ..bits import fast_cpu_prng
 
     if not fast_cpu_prng():
         raise RuntimeError("fast_cpu_prng() could not register its lowering")

@@ -33,7 +33,7 @@ def threefry_side(
     milestone `name` (at `population_size`/`lifetime` if given), the unrolled
     lowering registered first if `unrolled`."""
     if unrolled:
-        from ..prng import fast_cpu_prng
+        from ..bits import fast_cpu_prng
 
         if not fast_cpu_prng():
             raise RuntimeError("fast_cpu_prng() could not register its lowering")

@@ -212,7 +212,7 @@ def batch_memory(
 ) -> list[dict[str, Any]]:
     """Planned memory and time of one population's evaluation per `batch_size`.
 
-    Batch sizes are multiples of `evaluate.BLOCK_ALIGN` (16): smaller ones are
+    Batch sizes are multiples of `bits.BLOCK_ALIGN` (16): smaller ones are
     rounded up to it, and would measure the same program.
     """
     population_size, neurons = (64, 16) if quick else (256, 64)
