@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import jax.random as jr
 
 from ._checks import int_at_least, positive_int
+from .nets.mlp import MLPPolicy
 
 
 def _hypothesis() -> Any:
@@ -57,8 +58,6 @@ def small_genomes(
         obs_size, action_size: fixed sizes, or None to draw them in [1, 4].
         max_width, max_depth: bounds of the hidden layers.
     """
-    from .nets.mlp import MLPPolicy
-
     st = _hypothesis()
     size = st.integers(1, 4)
     return st.builds(

@@ -7,6 +7,7 @@ import datetime
 import math
 import platform
 from collections.abc import Sequence
+from importlib.metadata import version
 from typing import Any
 
 import equinox as eqx
@@ -15,6 +16,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from . import __version__
 from ._checks import positive_int
 from ._types import Genome, PRNGKey
 from .envs.base import AbstractEnv, EnvParams
@@ -444,10 +446,6 @@ def headroom_interval(
 def versions() -> dict[str, str]:
     """The versions a certificate was made with (evosax has no `__version__`:
     the installed distributions' metadata is the one source for all of them)."""
-    from importlib.metadata import version
-
-    from . import __version__
-
     return {
         "eqxevo": __version__,
         "jax": version("jax"),

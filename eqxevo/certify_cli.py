@@ -9,6 +9,8 @@ import click
 from . import config as config_module
 from ._cli import CONTEXT, fail
 from .config import ConfigError
+from .interrupts import StopRequest
+from .lock import LockedError
 
 QUICK: dict[str, int] = {
     "population_size": 32,
@@ -101,13 +103,10 @@ def certify(
       eqxevo certify runs/my-run --episodes 512
       eqxevo certify --set env.name=bandit --set run.lifetime=100 --quick
     """
-    from .interrupts import StopRequest
-
     with StopRequest(lambda: "certificate not made: nothing written"):
         from .certificate import CertificateError
         from .experiment.certify import certify_experiment
         from .experiment.rundir import RunDirError
-        from .lock import LockedError
         from .memoryless_search import DEFAULT_BUDGET
 
         path = None if config is None else Path(config)

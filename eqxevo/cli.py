@@ -12,6 +12,7 @@ from . import config as config_module
 from ._cli import CONTEXT, DEVICES, Group, check_split, devices_mesh, fail
 from .checkpoint import CheckpointError
 from .config import ConfigError
+from .interrupts import command_started
 from .metrics import SinkError
 
 
@@ -60,6 +61,8 @@ def main() -> None:
       eqxevo study run examples/studies/l4_plasticity.toml
       eqxevo bench --quick
     """
+    # The process guard (eqxevo/__main__.py) names the command in its message.
+    command_started(click.get_current_context().invoked_subcommand)
 
 
 _QUIET = click.option("--quiet", is_flag=True, help="No progress output.")
@@ -476,6 +479,3 @@ def _add_subcommands() -> None:
 
 
 _add_subcommands()
-
-if __name__ == "__main__":
-    main()

@@ -1,15 +1,18 @@
-"""Ctrl-C and SIGTERM for long runs: the first stops cleanly, the second at once.
+"""Ctrl-C and SIGTERM for long runs: the first stops cleanly, the second at once;
+and for every command from the process's first instant (`guard_process`).
 
 See docs/internals.md ("Interrupts") for why no handler ever raises into XLA.
+Imports the standard library only: the entry point imports it before anything.
 """
 
+import atexit
 import contextlib
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -25,6 +28,11 @@ def exit_code(signum: int) -> int:
 def _name(signum: int) -> str:
     return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
+
+SAME_SIGNAL_S = 0.5
+"""A signal of the kind just taken that arrives within this many seconds after it
+was taken is the same one delivered twice (a wrapper such as `uv run` forwards a
+Ctrl-C its process group got already) and is not counted again."""
 
 SETTLE_S = 0.1
 """How long an exit at once waits, after interrupting the threads' writes, for a
@@ -104,6 +112,7 @@ class StopRequest:
         self.lock = threading.Lock()
         self._exiting = threading.Lock()
         self._count = 0
+        self._taken: tuple[int, float] | None = None  # the signal, when taken
         self._previous: dict[int, Any] = {}
         self._wakeup: tuple[int, int] | None = None
         self._watcher: threading.Thread | None = None
@@ -128,7 +137,7 @@ class StopRequest:
         self._exiting.acquire()
         stream = self.stream if self.stream is not None else sys.stderr
         fd = _last_words_fd(stream, signum if self._installed else None)
-        lines = (*lines, self.describe())  # after the earlier writes settled
+        lines = (*lines, self._last_line(signum))  # after the writes settled
         if fd is None:  # not a file (a test's buffer): nothing else writes there
             for line in lines:
                 self._write(line)
@@ -142,7 +151,22 @@ class StopRequest:
                 os.write(fd, text.encode())
         os._exit(exit_code(signum))
 
+    def _last_line(self, signum: int) -> str:
+        """The exit message's last line (`describe()`)."""
+        del signum
+        return self.describe()
+
+    def _same_signal(self, signum: int) -> bool:
+        """Whether `signum` repeats the signal just taken (`SAME_SIGNAL_S`)."""
+        return (
+            self._taken is not None
+            and self._taken[0] == signum
+            and time.monotonic() - self._taken[1] < SAME_SIGNAL_S
+        )
+
     def _on_signal(self, signum: int) -> None:
+        if self._same_signal(signum):
+            return
         self._count += 1
         if self._count > 1:
             self._exit_now(signum, f"{_name(signum)} again: quitting at once.")
@@ -157,6 +181,9 @@ class StopRequest:
             f"{_name(signum)}: stopping after the chunk of generations running now, "
             "then saving a checkpoint (press Ctrl-C again to quit at once)."
         )
+        # Timed from now: one that arrived while the lock was held is read only
+        # after it, and a wrapper's copy of this one follows it closely.
+        self._taken = (signum, time.monotonic())
 
     # -- installation ---------------------------------------------------------------
 
@@ -214,4 +241,83 @@ class StopRequest:
             os.close(read_fd)
 
 
-__all__ = ["StopRequest", "exit_code"]
+class ProcessGuard(StopRequest):
+    """`StopRequest` for a whole `eqxevo` process (`guard_process`): there is no
+    work of its own to save, so every signal exits at once with one line. A
+    command's own `StopRequest` takes over while it is installed (it saves and
+    restores the handlers and `set_wakeup_fd`)."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda: "")
+
+    def _last_line(self, signum: int) -> str:
+        return _process_line(signum)
+
+
+_command: str | None = None
+_guarding = False
+_finished = False
+
+
+def _process_line(signum: int) -> str:
+    what = f"interrupted ({_name(signum)})"
+    if _finished:
+        return f"eqxevo: {what} while exiting"
+    if _command is None:
+        return f"eqxevo: {what} while starting; nothing was written"
+    return f"eqxevo {_command}: {what}; stopped at once"
+
+
+def command_started(name: str | None) -> None:
+    """Names the command in the process guard's exit message (called once the
+    command line is parsed); nothing outside `guard_process`."""
+    global _command
+    if _guarding and name:
+        _command = name
+
+
+def _exit_at_once(signum: int, frame: Any) -> None:
+    """The Python-level handler while the watcher thread is not up (the first
+    and last moments of the process): exit at once with one line."""
+    del frame
+    with contextlib.suppress(OSError):
+        os.write(2, f"\n{_process_line(signum)}\n".encode())
+    os._exit(exit_code(signum))
+
+
+def _ignore_signals() -> None:
+    """The last exit function to run. The interpreter's teardown, next, resets
+    Python-level handlers to the default, and a signal would then kill the process
+    without a word; ignored, it lets the finished command's exit status stand."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def guard_process() -> Iterator[ProcessGuard]:
+    """SIGINT/SIGTERM handling for a whole `eqxevo` process from its first line
+    (docs/internals.md, "Interrupts"): a signal exits at once with one line and
+    128 + signal, except while a command's own `StopRequest` is installed, which
+    takes over; after the command, while the interpreter's exit functions run,
+    too. Main thread only."""
+    global _guarding, _finished
+    for signum in SIGNALS:  # until the watcher is up, and again once it is gone
+        signal.signal(signum, _exit_at_once)
+    atexit.register(_ignore_signals)  # registered first, it runs last
+    _guarding = True
+    guard = ProcessGuard()
+    with guard:
+        try:
+            yield guard
+        finally:
+            _finished = True
+
+
+__all__ = [
+    "ProcessGuard",
+    "StopRequest",
+    "command_started",
+    "exit_code",
+    "guard_process",
+]

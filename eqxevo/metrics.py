@@ -15,6 +15,14 @@ from typing import Any
 
 import jax
 import numpy as np
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress as RichProgress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 
 def _clean(value: Any) -> Any:
@@ -365,15 +373,6 @@ class Progress:
         if self.quiet:
             return self
         if self.stream.isatty():
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress as RichProgress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
             console = Console(file=self.stream, width=self._width())
             self._bar = RichProgress(
                 TextColumn("gen"),

@@ -23,7 +23,7 @@ if [ -d "$WHEELS" ]; then
     --upgrade --target /tmp/site "$WHEELS"/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD
 fi
-EQXEVO="python3 -m eqxevo.cli"
+EQXEVO="python3 -m eqxevo"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c 'import jax, equinox, brax, mujoco; print("jax", jax.__version__, jax.devices(), "equinox", equinox.__version__, "brax", brax.__version__, "mujoco", mujoco.__version__)' || exit 1
 git log --oneline -1 2>/dev/null || true

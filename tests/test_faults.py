@@ -34,7 +34,7 @@ def cli(*args: str):
 
 def _cli_process(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "eqxevo.cli", *args],
+        [sys.executable, "-m", "eqxevo", *args],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
@@ -288,7 +288,7 @@ def test_full_xla_compilation_cache_is_one_note_and_changes_nothing(
         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
         JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
     )
-    command = [sys.executable, "-m", "eqxevo.cli", "run", *SETS, "--quiet"]
+    command = [sys.executable, "-m", "eqxevo", "run", *SETS, "--quiet"]
     done = subprocess.run(
         [*command, "--out", str(tmp_path), "--name", "r"],
         env=env,

@@ -81,7 +81,7 @@ def _study_run_until_records(file, out, log):
     """`eqxevo study run FILE --out OUT` in a child process, returned as soon as
     the first chunk's records are on disk (mid-program, while checkpoints,
     metrics and summaries are being written)."""
-    command = [sys.executable, "-m", "eqxevo.cli", "study", "run"]
+    command = [sys.executable, "-m", "eqxevo", "study", "run"]
     command += [str(file), "--out", str(out), "--quiet"]
     with log.open("wb") as stderr:
         child = subprocess.Popen(command, stderr=stderr)

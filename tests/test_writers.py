@@ -19,7 +19,7 @@ from study_fixtures import TINY, write_study
 from eqxevo.cli import main
 from eqxevo.lock import LOCK_FILE, WRITER_FILE, LockedError, WriterLock
 
-CLI = [sys.executable, "-m", "eqxevo.cli"]
+CLI = [sys.executable, "-m", "eqxevo"]
 SETS = [arg for item in SMALL_EXPERIMENT for arg in ("--set", item)]
 ENV = dict(os.environ, PYTHONUNBUFFERED="1")
 

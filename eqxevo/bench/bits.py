@@ -10,8 +10,17 @@ import sys
 from typing import Any
 
 import click
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
 
 from .._cli import CONTEXT
+from ..config import from_dict
+from ..evaluate import evaluate
+from ..experiment import build
+from ..sharding import population_mesh
+from .milestones import MILESTONES
 
 POPULATION = 32
 DEVICES = 4
@@ -19,8 +28,6 @@ DEVICES = 4
 
 def _workloads(quick: bool) -> list[tuple[str, int, dict[str, Any]]]:
     """(milestone, lifetime, env params overrides) to check."""
-    from .milestones import MILESTONES
-
     if quick:
         # Short lifetimes with an episode every 20 steps: the reset path runs.
         return [(name, 200, {"episode_length": 20}) for name in MILESTONES]
@@ -32,17 +39,6 @@ def _workloads(quick: bool) -> list[tuple[str, int, dict[str, Any]]]:
 
 
 def _compare(name: str, lifetime: int, params: dict[str, Any]) -> list[dict]:
-    import jax
-    import jax.numpy as jnp
-    import jax.random as jr
-    import numpy as np
-
-    from ..config import from_dict
-    from ..evaluate import evaluate
-    from ..experiment import build
-    from ..sharding import population_mesh
-    from .milestones import MILESTONES
-
     table = {k: dict(v) for k, v in MILESTONES[name].items()}
     table["run"] = {**table["run"], "lifetime": lifetime}
     table["strategy"] = {**table["strategy"], "population_size": POPULATION}

@@ -5,6 +5,7 @@ The sides and what they share: docs/performance.md, "How the harness measures".
 
 import contextlib
 import functools
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,7 @@ import jax.random as jr
 
 from ..config import from_dict
 from ..experiment import build
+from ..sharding import population_mesh
 from .common import compare_sides, evosax_loop, time_call
 from .milestones import time_evolve
 
@@ -51,8 +53,6 @@ def eqxevo_cartpole(
     built = build(experiment)
     mesh, devices = None, 1
     if sharded and jax.device_count() > 1 and population_size % jax.device_count() == 0:
-        from ..sharding import population_mesh
-
         mesh, devices = population_mesh(), jax.device_count()
     timing = time_evolve(
         built, num_generations=num_generations, repeats=repeats, mesh=mesh
@@ -110,8 +110,6 @@ def _jax_tree_map_alias() -> Iterator[None]:
 def evojax_cartpole(
     population_size: int, num_steps: int, *, num_generations: int, repeats: int
 ) -> dict[str, Any]:
-    import logging
-
     from evojax.algo import PGPE
     from evojax.policy.mlp import MLPPolicy
     from evojax.sim_mgr import SimManager

@@ -10,6 +10,8 @@ import jax.random as jr
 
 from .._types import PRNGKey
 from ..evolve import Chunk, evolve
+from ..registry import lookup_strategy
+from ..sharding import population_mesh
 from ..strategy import Strategy
 from ..strategy.base import standard_promotion
 from .gymnax_task import (
@@ -68,8 +70,6 @@ class EqxevoSide:
         self.params, self.kwargs = algorithm_overrides(task, algorithm)
         self.mesh = None
         if devices > 1:
-            from ..sharding import population_mesh
-
             self.mesh = population_mesh(jax.devices()[:devices])
 
     def strategy(self, seed: int) -> Strategy:
@@ -131,8 +131,6 @@ class EvosaxSide:
 
     @standard_promotion
     def __init__(self, task: Task, algorithm: str):
-        from ..registry import lookup_strategy
-
         self.task = task
         self.problem = gymnax_problem(task)
         resolved = lookup_strategy(algorithm)

@@ -5,6 +5,7 @@ See docs/performance.md, "How the harness measures".
 
 import dataclasses
 import functools
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,8 +15,12 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
+import optax
+from flax import linen as nn
 
 from .._types import Array, Float, PRNGKey, Scalar
+from ..nets.mlp import MLPPolicy
+from ..registry import lookup_strategy
 from ..rollout import rollout
 from ..strategy.base import standard_promotion
 
@@ -141,8 +146,6 @@ def fitness_for(task: Task, episodes: int | None = None) -> EpisodesFitness:
 def flax_policy(task: Task) -> Any:
     """evosax's side of the policy: a flax module computing what `MLPPolicy` in
     `GymnaxEnv(task.env, normalize_obs=...)` computes."""
-    from flax import linen as nn
-
     env = make_env(task)
     center = np.asarray(env.obs_center, np.float32)
     scale = np.asarray(env.obs_scale, np.float32)
@@ -170,8 +173,6 @@ def flax_policy(task: Task) -> Any:
 
 def mlp_from_flax(task: Task, flax_params: Any) -> Any:
     """eqxevo's `MLPPolicy` holding the weights of evosax's flax policy."""
-    from ..nets.mlp import MLPPolicy
-
     env = make_env(task)
     policy = MLPPolicy(
         env.obs_size, env.action_size, task.width, task.depth, key=jr.key(0)
@@ -213,11 +214,6 @@ def algorithm_overrides(task: Task, algorithm: str) -> tuple[dict, dict]:
     """`(params, kwargs)` the task adds to the preset (the same on both sides)."""
     if task.std_init is None:
         return {}, {}
-    import inspect
-
-    import optax
-
-    from ..registry import lookup_strategy
 
     cls = lookup_strategy(algorithm).cls
     accepted = inspect.signature(cls.__init__).parameters

@@ -8,6 +8,8 @@ import re
 from collections import Counter
 from typing import Any
 
+import jax
+
 NOT_KERNELS = frozenset(
     {
         "parameter",
@@ -218,8 +220,6 @@ def loop_body_kernels(compiled_text: str | None, trip_count: int | None = None) 
 
 def compiled_text(fn: Any, *args: Any) -> str | None:
     """`jax.jit(fn).lower(*args).compile().as_text()`: the optimised HLO."""
-    import jax
-
     return jax.jit(fn).lower(*args).compile().as_text()
 
 

@@ -7,9 +7,12 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 
+from ..bits import fast_cpu_prng
 from ..config import from_dict
-from ..evaluate import evaluate
+from ..evaluate import EvalSettings, evaluate
 from ..experiment import Built, build
+from ..keys import run_keys
+from ..program import ChunkProgram, run_chunk
 from ..rollout import draw_block
 from .hlo import loop_body_kernels
 from .milestones import MILESTONES, milestone_experiment, sample_population
@@ -98,8 +101,6 @@ def unrolled_threefry_kernels(name: str, quick: bool) -> list[dict[str, Any]]:
     lowering JAX uses on other backends. It changes the process's JAX for good:
     call this in a child (`bench.spawn`).
     """
-    from ..bits import fast_cpu_prng
-
     if not fast_cpu_prng():
         raise RuntimeError("fast_cpu_prng() could not register its lowering")
     rows = milestone_kernels(name, quick=quick, options=("default",))
@@ -186,10 +187,6 @@ def chunk_donation(
     The chunk program takes the strategy state and returns the next one; with
     the state donated XLA may write the result into the argument's buffers.
     """
-    from ..evaluate import EvalSettings
-    from ..keys import run_keys
-    from ..program import ChunkProgram, run_chunk
-
     p = population_size or (16 if quick else 128)
     built = _l4_with_traces("float32", p, 400 if quick else 20000)
     strategy = built.strategy

@@ -15,6 +15,8 @@ from ..config import Experiment, from_dict
 from ..evaluate import evaluate
 from ..evolve import evolve
 from ..experiment import Built, build
+from ..rollout import rollout
+from ..sharding import population_mesh
 from . import baselines, spawn
 from .common import peak_memory, program_bytes, steady_times, time_call
 from .hlo import loop_body_kernels
@@ -169,8 +171,6 @@ def time_milestone(
     built = build(milestone_experiment(name, quick=quick))
     mesh = None
     if sharded:
-        from ..sharding import population_mesh
-
         mesh = population_mesh()
     timing = time_evolve(
         built, num_generations=num_generations, repeats=repeats, mesh=mesh
@@ -388,8 +388,6 @@ def l0_breakdown(*, quick: bool = False, repeats: int = 3) -> list[dict[str, Any
     XLA:CPU runs per lifetime step (`bench.hlo.loop_body_kernels`; of those,
     `kernels_in_nested_loops` run inside the threefry loops of the step's keys).
     """
-    from ..rollout import rollout
-
     built = build(milestone_experiment("L0", quick=quick))
     env, params = built.env, built.env_params
     p, t = built.strategy.population_size, built.experiment.run.lifetime

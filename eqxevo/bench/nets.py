@@ -15,6 +15,15 @@ import numpy as np
 
 from .._types import PRNGKey
 from ..evaluate import evaluate
+from ..nets import (
+    HebbianRule,
+    SparseRatePolicy,
+    SparseSpikingPolicy,
+    STDPRule,
+    Topology,
+    choose_layout,
+)
+from ..nets.plasticity import check_trace_dtype, random_bits, stochastic_round
 from .common import add_record, time_call
 
 LAYOUT_SIZES: tuple[int, ...] = (64, 256, 1024, 4096)
@@ -81,14 +90,6 @@ def build_policy(
     key: PRNGKey,
 ) -> Any:
     """The benchmarked network: a sparse rate or spiking policy, 4 in, 2 out."""
-    from ..nets import (  # local: nets imports nothing from here
-        HebbianRule,
-        SparseRatePolicy,
-        SparseSpikingPolicy,
-        STDPRule,
-        Topology,
-    )
-
     topology_key, policy_key = jr.split(key)
     topology = Topology.fixed_fan_in(num_neurons, fan_in, key=topology_key)
     if model == "rate":
@@ -153,8 +154,6 @@ def layout_throughput(
     process CPU time), the layout `"auto"` would pick, and the lifetime-state
     bytes of one genome.
     """
-    from ..nets import choose_layout
-
     policy_key, population_key, eval_key, state_key = jr.split(key, 4)
     policy, population = echo_population(
         policy_key,
@@ -265,8 +264,6 @@ def best_and_auto(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     re-summarised after the rule changes. Ranking uses process CPU time (steadier
     than wall time on a shared machine).
     """
-    from ..nets import choose_layout
-
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in records:
         if "skipped" in r:
@@ -323,8 +320,6 @@ def trace_drift(
     decaying from 1 (exact `decay^T`) and one accumulating 1e-3 per step (exact
     `1e-3 (1 - decay^T) / (1 - decay)`).
     """
-    from ..nets.plasticity import check_trace_dtype, random_bits, stochastic_round
-
     dtype = check_trace_dtype(trace_dtype)
     if rounding not in ("nearest", "stochastic"):
         raise ValueError(

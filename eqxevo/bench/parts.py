@@ -5,6 +5,7 @@ See docs/performance.md, "How the harness measures".
 
 import dataclasses
 import functools
+import json
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -298,8 +299,6 @@ def _scaling(options: Options, meta: dict[str, Any]) -> list[dict]:
 
 
 def _cache(options: Options, meta: dict[str, Any]) -> dict:
-    import json
-
     from .cache import compilation_cache
 
     say("compilation cache (two child processes)...")

@@ -3,7 +3,11 @@ each side in its own child process."""
 
 from typing import Any
 
+from ..bits import fast_cpu_prng
+from ..config import from_dict, to_dict
+from ..experiment import build
 from . import spawn
+from .milestones import milestone_experiment, time_evolve
 
 # the columns of the threefry table (`eqxevo bench --only threefry`, report.md)
 THREEFRY_COLUMNS = [
@@ -32,14 +36,8 @@ def threefry_side(
     """One side of the comparison, run in a child process: time `evolve` on
     milestone `name` (at `population_size`/`lifetime` if given), the unrolled
     lowering registered first if `unrolled`."""
-    if unrolled:
-        from ..bits import fast_cpu_prng
-
-        if not fast_cpu_prng():
-            raise RuntimeError("fast_cpu_prng() could not register its lowering")
-    from ..config import from_dict, to_dict
-    from ..experiment import build
-    from .milestones import milestone_experiment, time_evolve
+    if unrolled and not fast_cpu_prng():
+        raise RuntimeError("fast_cpu_prng() could not register its lowering")
 
     table = to_dict(milestone_experiment(name, quick=quick))
     if population_size is not None:

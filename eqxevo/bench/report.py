@@ -5,8 +5,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .brax import BRAX_COLUMNS
+from .cartpole import CARTPOLE_COLUMNS
 from .common import fmt, table
+from .determinism import DETERMINISM_COLUMNS
+from .fused import PALLAS_COLUMNS
+from .kernels import KERNEL_COLUMNS, MEMORY_COLUMNS
+from .milestones import BREAKDOWN_COLUMNS
 from .prng import THREEFRY_COLUMNS
+from .scaling import BATCHING_COLUMNS, DEVICE_COLUMNS
 
 
 def _target(
@@ -202,15 +209,8 @@ def write_report(results: dict[str, Any], out: Path) -> str:
 
 
 def _sections() -> dict[str, Callable[[Any], list[str]]]:
-    """Per part, in the report's order: its section, from the part's results."""
-    # each table's columns live beside the function that makes its records
-    from .brax import BRAX_COLUMNS
-    from .cartpole import CARTPOLE_COLUMNS
-    from .determinism import DETERMINISM_COLUMNS
-    from .fused import PALLAS_COLUMNS
-    from .kernels import KERNEL_COLUMNS
-    from .milestones import BREAKDOWN_COLUMNS
-    from .scaling import BATCHING_COLUMNS, DEVICE_COLUMNS
+    """Per part, in the report's order: its section, from the part's results
+    (each table's columns live beside the function that makes its records)."""
 
     def one_table(title: str, columns: Sequence[str], key: str | None = None) -> Any:
         # a section that is one table of the part's records (or of `key` in them)
@@ -320,8 +320,6 @@ def _milestones(milestones: list[dict[str, Any]]) -> list[str]:
 
 
 def _memory(memory: dict[str, Any]) -> list[str]:
-    from .kernels import MEMORY_COLUMNS
-
     donation = memory["donation"]
     return _section(
         "L4 planned memory per genome (XLA memory analysis)",

@@ -13,7 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import jax
+
 from .._checks import positive_int
+from ..sharding import use_cpu_devices
 
 
 class ChildFailed(RuntimeError):
@@ -27,7 +30,7 @@ class Child:
     Attributes:
         result: the function's return value, through JSON.
         startup_s: seconds from the child's start to calling the function
-            (importing JAX and the function's module, configuring JAX).
+            (importing the function's module, configuring JAX).
         process_s: seconds the child process ran, seen from the parent.
     """
 
@@ -90,9 +93,6 @@ def call(
 def _child(argument: str) -> None:
     start = time.perf_counter()
     spec = json.loads(argument)
-    import jax
-
-    from ..sharding import use_cpu_devices
 
     # before the target's module is imported: it may start JAX's backends
     use_cpu_devices(spec["num_devices"])

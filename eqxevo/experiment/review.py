@@ -14,6 +14,7 @@ import jax.random as jr
 import numpy as np
 
 from .._types import Genome, PRNGKey
+from ..envs.arena import AbstractArenaEnv
 from ..heldout import (
     HeldOut,
     agent_filter_spec,
@@ -27,6 +28,7 @@ from ..heldout import (
 from ..keys import seed_keys
 from ..metrics import format_bytes
 from ..nets.lesion import lesion as lesion_policy
+from ..plots import render_policy
 from ..references import Scale, Scored, references, scale, score_references
 from .build import Built, build
 from .certify import Stored, find_certificate
@@ -374,9 +376,6 @@ def render_lifetime(
     Raises:
         NotImplementedError: the environment has no picture (not an arena).
     """
-    from ..envs.arena import AbstractArenaEnv
-    from ..plots import render_policy
-
     if not isinstance(built.env, AbstractArenaEnv):
         raise NotImplementedError(
             f"{type(built.env).__name__} has no trajectory picture (only arenas have)"

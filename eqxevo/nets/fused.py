@@ -8,8 +8,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltriton
 
 from .._checks import optional_positive_int
 from .._types import Array, Float
@@ -299,6 +297,11 @@ class PallasLayout(GatherLayout):
             in_names,
             out_names,
         )
+        # Pallas and its Triton dialect load here, not with the module: every
+        # command imports the layouts, and only this path needs them.
+        from jax.experimental import pallas as pl
+        from jax.experimental.pallas import triton as pltriton
+
         call = pl.pallas_call(
             kernel,
             grid=(population // block,),
@@ -518,6 +521,8 @@ def _make_kernel(config: _Config, in_names: list[str], out_names: list[str]) -> 
             pre_trace, post_trace = ins["pre_trace"], ins["post_trace"][...]
             spikes = outs["spikes"]  # this step's spikes, gathered by source
             if config.barrier:
+                from jax.experimental.pallas import triton as pltriton
+
                 # every thread of the program must see the whole spike tile
                 pltriton.debug_barrier()
 

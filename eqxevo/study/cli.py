@@ -8,6 +8,8 @@ from typing import Any
 import click
 
 from .._cli import CONTEXT, DEVICES, check_split, devices_mesh, fail
+from ..interrupts import StopRequest, exit_code
+from ..lock import LockedError
 
 
 def _load(file: str) -> Any:
@@ -127,8 +129,6 @@ def run(
       eqxevo study run study.toml --devices 4
     """
     from ..checkpoint import CheckpointError
-    from ..interrupts import StopRequest, exit_code
-    from ..lock import LockedError
     from .executor import (
         LocalExecutor,
         SubmititExecutor,

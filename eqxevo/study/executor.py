@@ -10,11 +10,13 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
 from jax.sharding import Mesh
 
 from ..experiment.rundir import write_atomic
 from ..interrupts import StopRequest
 from ..lock import WriterLock
+from ..sharding import device_mesh
 from .group import Program, plan
 from .progress import StudyProgress
 from .runner import (
@@ -26,13 +28,12 @@ from .runner import (
     save_plan,
 )
 from .spec import Study, StudyError, require
+from .status import progress_of, status
 
 
 def use_compilation_cache(out: str | Path) -> None:
     """Share compiled programs between the study's processes (and re-runs) through
     JAX's persistent cache in OUT/.jax_cache, unless one is configured already."""
-    import jax
-
     if not getattr(jax.config, "jax_compilation_cache_dir", None):
         jax.config.update("jax_compilation_cache_dir", str(Path(out) / ".jax_cache"))
 
@@ -80,8 +81,6 @@ class ProgramJob:
         self.devices = devices
 
     def __call__(self, run_ids: list[str]) -> list[str]:
-        from ..sharding import device_mesh
-
         mesh = device_mesh(self.devices)  # before JAX starts: CPU cores as devices
         use_compilation_cache(self.out)
         study = load_study(self.out)
@@ -314,8 +313,6 @@ class SubmititExecutor(AbstractExecutor):
 
 
 def _track(study: Study, out: Path, progress: StudyProgress) -> None:
-    from .status import progress_of
-
     done, reached = progress_of(study, out)
     progress.advance(reached - progress.reached)
     if done > progress.done:
@@ -346,8 +343,6 @@ def run_study(
         LockedError: another live process runs the study in OUT.
         KeyboardInterrupt: after saving every running run's last chunk.
     """
-    from .status import progress_of, status
-
     out = Path(out)
     check_same_study(out, study)
     runs = study.runs

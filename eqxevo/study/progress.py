@@ -8,6 +8,13 @@ import sys
 import time
 from typing import Any
 
+from rich.progress import (
+    BarColumn,
+    Progress as RichProgress,
+    TextColumn,
+    TimeRemainingColumn,
+)
+
 
 class StudyProgress:
     """Progress of a study.
@@ -47,13 +54,6 @@ class StudyProgress:
 
     def __enter__(self) -> "StudyProgress":
         if not self.quiet and self.stream.isatty():
-            from rich.progress import (
-                BarColumn,
-                Progress as RichProgress,
-                TextColumn,
-                TimeRemainingColumn,
-            )
-
             self._bar = RichProgress(
                 TextColumn("study"),
                 BarColumn(),

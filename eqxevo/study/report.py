@@ -13,6 +13,16 @@ from typing import Any
 import numpy as np
 from jaxtyping import Float
 
+from ..experiment.build import build
+from ..experiment.certify import certificate_bands, task_record
+from . import plots
+from .lesions import lesion_columns, lesion_lines
+from .references import (
+    ROOM_NOTE,
+    reference_lines,
+    room_columns,
+    score_study_references,
+)
 from .runner import load_plan, load_study, read_summary, run_dir
 from .spec import Study, format_value, require
 from .stats import (
@@ -347,9 +357,6 @@ def study_bands(study: Study) -> list[Any]:
     """The certified memoryless bound and best learner or oracle of the study's
     task as figure bands, when every run shares one task and it has a
     certificate (`eqxevo certify`)."""
-    from ..experiment.build import build
-    from ..experiment.certify import certificate_bands, task_record
-
     tasks = {
         json.dumps(task_record(r.experiment), sort_keys=True, default=str)
         for r in study.runs
@@ -412,15 +419,6 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
     statistics (the report says how many). The environments' reference agents
     are scored on the runs' held-out lifetimes here (references.csv), once per
     environment variant and seed."""
-    from . import plots
-    from .lesions import lesion_columns, lesion_lines
-    from .references import (
-        ROOM_NOTE,
-        reference_lines,
-        room_columns,
-        score_study_references,
-    )
-
     out = Path(out)
     study = load_study(out)
     to = Path(to) if to is not None else out / "report"

@@ -4,6 +4,7 @@ values x arms) and runs (a cell with one seed). Reference: docs/studies.md.
 
 import copy
 import dataclasses
+import importlib
 import itertools
 import math
 import re
@@ -14,6 +15,7 @@ from typing import Any
 from .. import config as config_module
 from .._checks import did_you_mean, optional_positive_int
 from ..config import ConfigError, Experiment
+from ..registry import lookup_env, lookup_net
 from .checks import (
     SECTIONS,
     STUDY_KEYS,
@@ -125,8 +127,6 @@ def require(module: str, purpose: str) -> Any:
     Raises:
         StudyError: the module is not installed.
     """
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError as err:
@@ -319,8 +319,6 @@ def _cells(
 def _names(cells: list[Cell]) -> list[str]:
     """Unknown environment or network names (a gymnax id too), each once; found
     here so that `study run` refuses them before it writes anything."""
-    from ..registry import lookup_env, lookup_net
-
     errors = []
     for names, lookup in (
         ({c.experiment.env.name for c in cells}, lookup_env),
