@@ -1,5 +1,9 @@
 """Small genomes and fitness functions shared by the tests."""
 
+import re
+import signal
+from pathlib import Path
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -241,3 +245,18 @@ def final_state(run_dir, like):
     )
     ckpt.close()
     return generation, state
+
+
+SAVED = re.compile(r"^checkpoint at generation (\d+) saved; `eqxevo resume (.+)`$")
+"""A run's last line after a stop that saved a checkpoint."""
+
+
+def handles_sigterm(pid):
+    """Whether the process catches SIGTERM yet (eqxevo's handler: Python sets
+    none), from /proc."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = re.search(r"SigCgt:\s*([0-9a-f]+)", status)
+    return caught is not None and bool(int(caught[1], 16) >> (signal.SIGTERM - 1) & 1)

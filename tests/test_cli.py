@@ -13,7 +13,7 @@ import jax
 import pytest
 from click.testing import CliRunner
 from evosax.algorithms import algorithms
-from helpers import tree_equal
+from helpers import SAVED, handles_sigterm, tree_equal
 
 from eqxevo import config, experiment
 from eqxevo.checkpoint import Checkpointer
@@ -205,17 +205,6 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted_run(tmp_path, uninterr
 # The process guard's line (eqxevo/__main__.py): the signal came before `run`
 # took signals over.
 GUARD = re.compile(r"^eqxevo( run)?: interrupted \((Ctrl-C|SIGTERM)\)")
-SAVED = re.compile(r"^checkpoint at generation (\d+) saved; `eqxevo resume (.+)`$")
-
-
-def _handles_sigterm(pid):
-    """Whether the process catches SIGTERM yet (our handler is installed)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    mask = int(re.search(r"SigCgt:\s*([0-9a-f]+)", status).group(1), 16)
-    return bool(mask >> (signal.SIGTERM - 1) & 1)
 
 
 def _checkpoint_tmp(run_dir):
@@ -235,7 +224,7 @@ def _metrics_lines(run_dir):
 
 # (name, signals, when): `when(process, run_dir, stderr_text)` says when to send.
 MOMENTS = [
-    ("at-start", [signal.SIGTERM], lambda p, d, e: _handles_sigterm(p.pid)),
+    ("at-start", [signal.SIGTERM], lambda p, d, e: handles_sigterm(p.pid)),
     ("tracing", [signal.SIGINT], lambda p, d, e: "compiling..." in e),
     ("compiling", [signal.SIGTERM], lambda p, d, e: _xla_compiling_the_chunk(e)),
     ("first-chunk", [signal.SIGINT], lambda p, d, e: "compiled in" in e),
@@ -245,8 +234,9 @@ MOMENTS = [
     ("twice", [signal.SIGINT, signal.SIGINT], lambda p, d, e: _metrics_lines(d) >= 9),
 ]
 # A second Ctrl-C within SAME_SIGNAL_S of the first is the same one (a wrapper's
-# copy): "twice" sends it later, into chunks long enough to still be running.
-TWICE = ["run.generations=2000", "run.chunk_seconds=3"]
+# copy): "twice" sends it later, into chunks of about 3 s (not capped at 10
+# generations, which took 0.24 s on CI), still running then.
+TWICE = ["run.generations=2000", "run.chunk_seconds=3", "run.chunk_size=1000"]
 
 
 def _interrupt(tmp_path, moment):

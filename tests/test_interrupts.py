@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from helpers import SMALL_EXPERIMENT
+from helpers import SAVED, SMALL_EXPERIMENT, handles_sigterm
 
 from eqxevo.checkpoint import Checkpointer
 
@@ -151,17 +151,6 @@ INTERRUPT_LINE = re.compile(
     r"|^no checkpoint yet: nothing to resume$"
     r"|^checkpoint at generation \d+ saved; `eqxevo resume "
 )
-SAVED = re.compile(r"^checkpoint at generation (\d+) saved; `eqxevo resume (.+)`$")
-
-
-def _catches_sigterm(pid):
-    """Whether the process has a SIGTERM handler (eqxevo's: Python sets none)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    caught = re.search(r"SigCgt:\s*([0-9a-f]+)", status)
-    return caught is not None and bool(int(caught[1], 16) >> (signal.SIGTERM - 1) & 1)
 
 
 def _jax_loaded(pid):
@@ -185,7 +174,7 @@ def _interrupt_at(command, moment, signum, cwd):
         cwd=cwd,
     )
     try:
-        while not _catches_sigterm(process.pid):
+        while not handles_sigterm(process.pid):
             assert process.poll() is None and time.monotonic() < started + 60
             time.sleep(0.001)
         assert not _jax_loaded(process.pid), "signals taken over after JAX loaded"

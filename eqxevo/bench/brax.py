@@ -76,11 +76,21 @@ def eqxevo_lifetimes(
     population = sample_population(built)
     call = eqx.filter_jit(lambda key, pop: evaluate(key, built.fitness, pop)[0])
     first, wall, _ = time_call(lambda: call(jr.key(0), population), kw["repeats"])
+    return _row("eqxevo lifetimes (evaluate)", first, wall, population_size * num_steps)
+
+
+def _row(
+    side: str, first: float, wall: float, steps: int, generations: int = 1
+) -> dict[str, Any]:
+    """A side's row: compilation (the first call's excess), seconds per
+    generation and agent-steps per second, from `time_call`'s first and steady
+    wall times of `generations` generations of `steps` agent-steps each."""
+    generation_s = wall / generations
     return {
-        "side": "eqxevo lifetimes (evaluate)",
+        "side": side,
         "compile_s": max(first - wall, 0.0),
-        "generation_s": wall,
-        "agent_steps_per_s": population_size * num_steps / wall,
+        "generation_s": generation_s,
+        "agent_steps_per_s": steps / generation_s,
     }
 
 
@@ -124,12 +134,7 @@ def raw_brax(
     with jax.numpy_dtype_promotion("standard"):
         call = jax.jit(jax.vmap(lifetime, in_axes=(0, None)))
         first, wall, _ = time_call(lambda: call(layers, jr.key(0)), kw["repeats"])
-    return {
-        "side": "raw Brax jit(vmap(scan))",
-        "compile_s": max(first - wall, 0.0),
-        "generation_s": wall,
-        "agent_steps_per_s": population_size * num_steps / wall,
-    }
+    return _row("raw Brax jit(vmap(scan))", first, wall, population_size * num_steps)
 
 
 def evosax_brax(
@@ -154,13 +159,8 @@ def evosax_brax(
     generations = evosax_loop(strategy, problem, key, solution)
     count = kw["generations"]
     first, wall, _ = time_call(lambda: generations(count), kw["repeats"])
-    generation_s = wall / kw["generations"]
-    return {
-        "side": "evosax BraxProblem",
-        "compile_s": max(first - wall, 0.0),
-        "generation_s": generation_s,
-        "agent_steps_per_s": population_size * num_steps / generation_s,
-    }
+    steps = population_size * num_steps
+    return _row("evosax BraxProblem", first, wall, steps, generations=count)
 
 
 def brax_comparison(
