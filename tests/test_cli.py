@@ -234,9 +234,9 @@ MOMENTS = [
     ("twice", [signal.SIGINT, signal.SIGINT], lambda p, d, e: _metrics_lines(d) >= 9),
 ]
 # A second Ctrl-C within SAME_SIGNAL_S of the first is the same one (a wrapper's
-# copy): "twice" sends it later, into chunks of about 3 s (not capped at 10
-# generations, which took 0.24 s on CI), still running then.
-TWICE = ["run.generations=2000", "run.chunk_seconds=3", "run.chunk_size=1000"]
+# copy): "twice" sends it later, into fixed chunks of 1000 generations (about
+# 7 s; paced "3 s" chunks ran 0.25 s on CI), the second chunk still running.
+TWICE = ["run.generations=3000", "run.chunk_seconds=0", "run.chunk_size=1000"]
 
 
 def _interrupt(tmp_path, moment):
