@@ -22,7 +22,7 @@ import numpy as np
 
 import eqxevo
 from eqxevo import rollout
-from eqxevo.envs.gymnax import GymnaxEnv
+from eqxevo.envs import GymnaxEnv
 from eqxevo.nets import MLPPolicy
 
 

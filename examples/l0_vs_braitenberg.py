@@ -27,8 +27,8 @@ import eqxevo
 from eqxevo import rollout
 from eqxevo.agents import BraitenbergAgent
 from eqxevo.envs import Chemotaxis
+from eqxevo.experiment import render_policy
 from eqxevo.nets import MLPPolicy
-from eqxevo.plots import render_policy
 
 NUM_STEPS = 1000
 

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 
-from eqxevo import config, experiment
+from eqxevo import experiment
 from eqxevo.experiment import load_genome
 
 
@@ -82,7 +82,7 @@ def main() -> None:
         )
         report(built, genomes, args.runs, args.steps, eqx.is_array)
         return
-    exp = config.load("examples/l4_long_horizon.toml", args.set)
+    exp = experiment.load("examples/l4_long_horizon.toml", args.set)
     if args.old:
         options = dict(exp.net.options)
         options["plasticity"] = {

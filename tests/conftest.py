@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 import zlib
+from pathlib import Path
 
 # One persistent compilation cache for the whole session, set before JAX is
 # imported: the test workers and the CLIs the tests start share compiled programs
@@ -81,13 +82,25 @@ def _release_compiled_programs():
     gc.collect()
 
 
+FAST_TIER = {
+    line
+    for line in (Path(__file__).with_name("fast_tier.txt")).read_text().splitlines()
+    if line and not line.startswith("#")
+}
+"""The node ids (relative to tests/) of the fast tier, `pytest -m fast`."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files holding `slow` tests run first, each file's tests kept together,
+    """The fast tier's tests are marked `fast` (tests/fast_tier.txt). Files
+    holding `slow` tests run first, each file's tests kept together,
     so `pytest -n auto` does not end with one worker alone on a long test.
     `--dist worksteal` (pyproject.toml) gives each worker a contiguous half and
     moves tests from the end of the busier one's queue, so a module's tests
     mostly run in one worker: its module fixtures and compiled programs made
     once (xdist's default, `load`, deals the first tests round-robin)."""
+    for item in items:
+        if item.nodeid.removeprefix("tests/") in FAST_TIER:
+            item.add_marker(pytest.mark.fast)
     slow = {
         item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")
     }

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from eqxevo.genome import GenomeLayout
+from eqxevo import GenomeLayout
 
 
 class Net(eqx.Module):
@@ -77,7 +77,7 @@ def whole_and_resumed(strategy, fitness, key, generations, first=1):
 
 
 def check_physics_step(env, action_size, episode_length):
-    """A physics environment (`eqxevo.envs.physics.PhysicsEnv`) truncates after
+    """A physics environment (`eqxevo._src.envs.physics.PhysicsEnv`) truncates after
     `episode_length` zero-action steps, and a NaN action ends the episode with a
     NaN reward, counted in `info["nonfinite"]`; returns the rewards."""
     params = env.default_params()
@@ -229,15 +229,15 @@ SMALL_EXPERIMENT = [
 
 def small_experiment(*extra: str):
     """`SMALL_EXPERIMENT` with `--set` style overrides."""
-    from eqxevo import config
+    from eqxevo._app import config
 
     return config.load(None, [*SMALL_EXPERIMENT, *extra])
 
 
 def final_state(run_dir, like):
     """`(generation, state)` of a run directory's newest checkpoint."""
-    from eqxevo import config
-    from eqxevo.checkpoint import Checkpointer
+    from eqxevo._app import config
+    from eqxevo._app.checkpoint import Checkpointer
 
     ckpt = Checkpointer(run_dir / "checkpoints")
     generation, state = ckpt.restore(

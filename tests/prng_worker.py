@@ -28,8 +28,8 @@ from jaxtyping import install_import_hook
 
 install_import_hook("eqxevo", "beartype.beartype")
 import eqxevo  # noqa: E402
-from eqxevo.bench.milestones import milestone_experiment  # noqa: E402
-from eqxevo.config import from_dict, to_dict  # noqa: E402
+from eqxevo._app.bench.milestones import milestone_experiment  # noqa: E402
+from eqxevo._app.config import from_dict, to_dict  # noqa: E402
 from eqxevo.experiment import build  # noqa: E402
 
 ALGORITHMS = ("SNES", "CMA_ES", "Sep_CMA_ES", "SimpleGA")

@@ -36,7 +36,7 @@ from jaxtyping import install_import_hook
 
 install_import_hook("eqxevo", "beartype.beartype")
 import eqxevo  # noqa: E402
-from eqxevo.evaluate import evaluate  # noqa: E402
+from eqxevo import evaluate  # noqa: E402
 
 POPULATION = 8  # divisible by 1, 2 and 4 devices
 
@@ -121,7 +121,7 @@ BUILTINS = {
 def builtin(name: str, mesh: Any) -> Any:
     """Two generations of evolve (fitness, selection, state) on one workload;
     per-genome episodes on L0-sparse_rate, shared on the others."""
-    from eqxevo.config import from_dict
+    from eqxevo._app.config import from_dict
     from eqxevo.experiment import build
 
     env, net, options = BUILTINS[name]
@@ -169,9 +169,9 @@ def strangers(mesh: Any) -> Any:
 def physics(mesh: Any) -> Any:
     """A Brax environment (spring inverted_pendulum: falls end episodes) with
     observation normalisation on, CMA_ES over an MLP, micro-batches of 2."""
+    from eqxevo import LifetimeFitness
+    from eqxevo._src.nets.factories import mlp as mlp_policy
     from eqxevo.envs import BraxEnv
-    from eqxevo.nets.factories import mlp as mlp_policy
-    from eqxevo.rollout import LifetimeFitness
 
     env = BraxEnv("inverted_pendulum", backend="spring", episode_length=20)
     genome = mlp_policy(env.obs_size, env.action_size, 8, 1, key=jr.key(0))

@@ -65,7 +65,7 @@ _FINISHED: list[Finished] = []
 def finished_study(tmp_path_factory: pytest.TempPathFactory) -> Finished:
     """The tiny study, run once per process (test modules import this fixture,
     and each import is a fixture of its own: the cache makes them one run)."""
-    from eqxevo.program import run_chunk
+    from eqxevo._src.program import run_chunk
     from eqxevo.study import load, run_study
 
     if _FINISHED:

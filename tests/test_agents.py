@@ -6,12 +6,7 @@ import numpy as np
 import pytest
 
 from eqxevo import rollout
-from eqxevo.agents import (
-    BraitenbergAgent,
-    ForagerAgent,
-    RandomAgent,
-    TasteLearnerAgent,
-)
+from eqxevo.agents import BraitenbergAgent, ForagerAgent, RandomAgent, TasteLearnerAgent
 from eqxevo.envs import Chemotaxis, Foraging, LongHorizon, LongHorizonParams
 
 
@@ -173,14 +168,14 @@ def numpy_bandit_choices(raw_obs, rule, reward_prob=0.1):
 
 @pytest.fixture(scope="module")
 def bandit():
-    gymnax_env = pytest.importorskip("eqxevo.envs.gymnax")
+    gymnax_env = pytest.importorskip("eqxevo._src.envs.gymnax")
     return gymnax_env.GymnaxEnv
 
 
 @pytest.mark.parametrize(("rule", "normalize_obs"), [("wsls", True), ("bayes", False)])
 def test_bandit_agents_pull_the_arm_the_numpy_rule_picks(bandit, rule, normalize_obs):
+    from eqxevo import record
     from eqxevo.agents import GreedyBayesAgent, WinStayLoseShiftAgent
-    from eqxevo.trajectory import record
 
     env = bandit("BernoulliBandit-misc", normalize_obs=normalize_obs)
     params = env.default_params()

@@ -11,18 +11,25 @@ import pytest
 from helpers import Net, noisy_sphere
 
 import eqxevo
-from eqxevo import bench
-from eqxevo.bench import baselines, spawn
-from eqxevo.bench.hlo import loop_body_kernels
-from eqxevo.bench.kernels import memory_per_genome, milestone_kernels
-from eqxevo.bench.milestones import sample_population
-from eqxevo.bench.scaling import batch_memory
+from eqxevo import rollout
+from eqxevo._app.bench import baselines, spawn
+from eqxevo._app.bench.common import machine_info
+from eqxevo._app.bench.hlo import loop_body_kernels
+from eqxevo._app.bench.kernels import memory_per_genome, milestone_kernels
+from eqxevo._app.bench.milestones import milestone_experiment, sample_population
+from eqxevo._app.bench.net_sweeps import (
+    LAYOUT_SIZES,
+    best_and_auto,
+    layout_grid,
+    layout_throughput,
+    trace_drift,
+)
+from eqxevo._app.bench.scaling import batch_memory
 from eqxevo.experiment import build
-from eqxevo.rollout import rollout
 
 
 def test_layout_throughput_reports_a_complete_record():
-    record = bench.layout_throughput(
+    record = layout_throughput(
         layout="gather",
         num_neurons=16,
         fan_in=2,
@@ -65,7 +72,7 @@ def test_best_and_auto_picks_the_fastest_layout_per_point():
             "skipped": "memory",
         }
     )
-    (row,) = bench.best_and_auto(records)
+    (row,) = best_and_auto(records)
     assert row["best"] == "gather"
     assert row["auto_over_best"] == pytest.approx(
         {"segment": 2 / 3, "gather": 1.0, "dense": 1 / 3}[row["auto"]]
@@ -73,10 +80,10 @@ def test_best_and_auto_picks_the_fastest_layout_per_point():
 
 
 def test_trace_drift_measures_stochastic_rounding_against_float32():
-    nearest = bench.trace_drift(
+    nearest = trace_drift(
         trace_dtype="bfloat16", rounding="nearest", num_steps=300, key=jr.key(0)
     )
-    stochastic = bench.trace_drift(
+    stochastic = trace_drift(
         trace_dtype="bfloat16", rounding="stochastic", num_steps=300, key=jr.key(0)
     )
     assert nearest["decay_test"] == 1.0  # round-to-nearest stalls
@@ -85,22 +92,20 @@ def test_trace_drift_measures_stochastic_rounding_against_float32():
     assert abs(stochastic["accumulate_test"] - exact) < 0.05 * exact
     assert stochastic["relative_rms_error"] < 0.1
     with pytest.raises(ValueError, match="rounding"):
-        bench.trace_drift(
-            trace_dtype="float16", rounding="up", num_steps=1, key=jr.key(0)
-        )
+        trace_drift(trace_dtype="float16", rounding="up", num_steps=1, key=jr.key(0))
 
 
 def test_quick_layout_grid_is_small():
-    assert len(bench.layout_grid(quick=True)) <= 2
-    full = bench.layout_grid(quick=False)
-    assert {p["num_neurons"] for p in full} == set(bench.LAYOUT_SIZES)
+    assert len(layout_grid(quick=True)) <= 2
+    full = layout_grid(quick=False)
+    assert {p["num_neurons"] for p in full} == set(LAYOUT_SIZES)
 
 
 def test_report_says_by_how_much_a_target_is_missed(tmp_path):
-    from eqxevo.bench.report import targets, write_report
+    from eqxevo._app.bench.report import targets, write_report
 
     results = {
-        "machine": bench.machine_info(),
+        "machine": machine_info(),
         "quick": False,
         "milestones": [
             {
@@ -132,7 +137,7 @@ def test_report_says_by_how_much_a_target_is_missed(tmp_path):
 
 
 def test_report_lists_each_milestones_all_core_goal_and_the_sharded_ratio():
-    from eqxevo.bench.report import targets
+    from eqxevo._app.bench.report import targets
 
     def record(name, one, sharded=None):
         out = {"milestone": name, "agent_steps_per_s": one, "baselines": []}
@@ -158,19 +163,19 @@ def test_report_lists_each_milestones_all_core_goal_and_the_sharded_ratio():
 def test_milestones_are_experiments_with_the_issue_sizes():
     sizes = {
         name: (
-            bench.milestone_experiment(name).strategy.population_size,
-            bench.milestone_experiment(name).run.lifetime,
+            milestone_experiment(name).strategy.population_size,
+            milestone_experiment(name).run.lifetime,
         )
         for name in ("L0", "L2", "L4")
     }
     assert sizes == {"L0": (256, 1000), "L2": (256, 5000), "L4": (128, 20000)}
-    assert bench.milestone_experiment("L4").net.options["plasticity"]
+    assert milestone_experiment("L4").net.options["plasticity"]
     with pytest.raises(ValueError, match="milestone must be one of"):
-        bench.milestone_experiment("L9")
+        milestone_experiment("L9")
 
 
 def test_report_lists_the_device_and_fidelity_targets():
-    from eqxevo.bench.report import targets
+    from eqxevo._app.bench.report import targets
 
     results = {
         "devices": {
@@ -192,7 +197,7 @@ def test_report_lists_the_device_and_fidelity_targets():
 
 @pytest.fixture(scope="module")
 def quick_l0():
-    built = build(bench.milestone_experiment("L0", quick=True))
+    built = build(milestone_experiment("L0", quick=True))
     return built, sample_population(built)
 
 
@@ -262,7 +267,7 @@ def test_hand_fused_runs_evolve_s_schedule_on_shared_episodes(genome_keys):
 
 
 def test_steady_times_alternates_the_calls_and_differences_two_lengths():
-    from eqxevo.bench.common import steady_times
+    from eqxevo._app.bench.common import steady_times
 
     order = []
 
@@ -291,21 +296,23 @@ def test_steady_times_alternates_the_calls_and_differences_two_lengths():
 
 def test_spawn_measures_in_a_child_and_leaves_this_process_alone():
     before = jax.device_count()
-    child = spawn.call("eqxevo.bench.common:machine_info", num_devices=2)
+    child = spawn.call("eqxevo._app.bench.common:machine_info", num_devices=2)
     assert child.result["num_devices"] == 2 and child.result["backend"] == "cpu"
     assert child.process_s >= child.startup_s > 0
     assert jax.device_count() == before
     with pytest.raises(spawn.ChildFailed, match="milestone_experiment on 1 device"):
-        spawn.call("eqxevo.bench.milestones:milestone_experiment", {"name": "L9"})
+        spawn.call("eqxevo._app.bench.milestones:milestone_experiment", {"name": "L9"})
 
 
 def test_importing_the_harness_changes_no_jax_setting():
     script = (
         "import jax; before = dict(jax.config.values)\n"
-        "import eqxevo.bench.cli, eqxevo.bench.parts, eqxevo.bench.cartpole, "
-        "eqxevo.bench.cache, eqxevo.bench.scaling, eqxevo.bench.fidelity, "
-        "eqxevo.bench.spawn, eqxevo.bench.fused, eqxevo.bench.gymnax_suite\n"
-        "eqxevo.bench.cli.bench.make_context('bench', ['--quick'])\n"
+        "import eqxevo._app.bench.cli, eqxevo._app.bench.parts\n"
+        "import eqxevo._app.bench.cartpole, eqxevo._app.bench.cache\n"
+        "import eqxevo._app.bench.scaling, eqxevo._app.bench.fidelity_curves\n"
+        "import eqxevo._app.bench.spawn, eqxevo._app.bench.pallas\n"
+        "import eqxevo._app.bench.gymnax_suite\n"
+        "eqxevo._app.bench.cli.bench.make_context('bench', ['--quick'])\n"
         "assert dict(jax.config.values) == before\n"
         "assert not hasattr(jax, 'tree_map')\n"
         "print('unchanged')"
@@ -317,7 +324,7 @@ def test_importing_the_harness_changes_no_jax_setting():
 
 
 def test_the_evojax_alias_lives_only_inside_its_block():
-    from eqxevo.bench.cartpole import _jax_tree_map_alias
+    from eqxevo._app.bench.cartpole import _jax_tree_map_alias
 
     assert not hasattr(jax, "tree_map")
     with _jax_tree_map_alias():
@@ -326,7 +333,7 @@ def test_the_evojax_alias_lives_only_inside_its_block():
 
 
 def test_fidelity_curves_come_from_one_evolve_call_per_variant(monkeypatch):
-    from eqxevo.bench import fidelity
+    from eqxevo._app.bench import fidelity_curves as fidelity
 
     calls = []
     real = fidelity.evolve
@@ -442,7 +449,7 @@ def test_bfloat16_traces_plan_fewer_bytes_per_genome_than_float32():
 
 def test_bits_on_one_device_compare_batch_sizes_instead_of_device_counts(monkeypatch):
     # a one-GPU machine has no 2 or 4 devices to compare: two block sizes instead
-    from eqxevo.bench.bits import _compare
+    from eqxevo._app.bench.bit_identity import _compare
 
     monkeypatch.setattr(jax, "device_count", lambda: 1)
     records = _compare("L0", 20, {"episode_length": 10})
@@ -458,7 +465,7 @@ def test_bits_on_one_device_compare_batch_sizes_instead_of_device_counts(monkeyp
 
 def test_layout_determinism_reports_bits_twice_and_in_blocks_with_the_speed():
     # on CPU every XLA layout is deterministic; on a GPU segment was not (H100)
-    from eqxevo.bench.determinism import DETERMINISM_COLUMNS, layout_determinism
+    from eqxevo._app.bench.determinism import DETERMINISM_COLUMNS, layout_determinism
 
     (record,) = layout_determinism(quick=True, milestones=("L0",), layouts=("gather",))
     assert set(DETERMINISM_COLUMNS) <= set(record)

@@ -1,15 +1,13 @@
 """`eqxevo bench`'s command line: its help, its checks, which parts it runs."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 from click.testing import CliRunner
 
-from eqxevo.bench import cli, parts
-from eqxevo.bench.cli import bench
-from eqxevo.bench.parts import DEFAULT_PARTS, PARTS, QUICK_PARTS, Options
+from eqxevo._app.bench import cli, parts
+from eqxevo._app.bench.cli import bench
+from eqxevo._app.bench.parts import DEFAULT_PARTS, PARTS, QUICK_PARTS, Options
 
 
 @pytest.fixture
@@ -103,7 +101,7 @@ def test_options_reach_every_part(planned, tmp_path):
 
 
 def test_a_failed_part_is_reported_after_the_others(monkeypatch, tmp_path):
-    from eqxevo.bench import fused
+    from eqxevo._app.bench import pallas as fused
 
     def broken(**kwargs):
         raise RuntimeError("no kernel today")
@@ -133,15 +131,3 @@ def test_a_part_runs_end_to_end(tmp_path):
 def test_an_unknown_part_name_is_refused_by_run_part(tmp_path):
     with pytest.raises(ValueError, match="part must be one of 'milestones'"):
         parts.run_part("speed", Options(out=tmp_path), {})
-
-
-def test_the_script_is_the_same_command():
-    done = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    )
-    assert done.stdout.startswith("Usage: python scripts/bench.py [OPTIONS]")
-    assert "Parts (--only PART):" in done.stdout

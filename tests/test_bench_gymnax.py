@@ -19,7 +19,11 @@ pytest.importorskip("gymnax")
 pytest.importorskip("scipy")
 
 from eqxevo import rollout
-from eqxevo.bench import gymnax_sides as sides, gymnax_suite as suite, gymnax_task as gt
+from eqxevo._app.bench import (
+    gymnax_sides as sides,
+    gymnax_suite as suite,
+    gymnax_task as gt,
+)
 
 TINY = {
     "Pendulum-v1": gt.Task("Pendulum-v1", 4, 1, False, 4, 1, 2, -250.0, 1, steps=50),
@@ -158,8 +162,8 @@ def test_unknown_suite_envs_are_named():
 
 
 def test_the_suite_is_a_bench_part():
-    from eqxevo.bench.cli import bench
-    from eqxevo.bench.parts import PARTS, QUICK_PARTS
+    from eqxevo._app.bench.cli import bench
+    from eqxevo._app.bench.parts import PARTS, QUICK_PARTS
 
     assert "gymnax" in PARTS and "gymnax" in QUICK_PARTS
     context = bench.make_context("bench", ["--only", "gymnax"])
@@ -168,7 +172,14 @@ def test_the_suite_is_a_bench_part():
 
 def test_the_suite_runs_as_a_module_and_names_an_unknown_task():
     done = subprocess.run(
-        [sys.executable, "-m", "eqxevo.bench.gymnax_suite", "--quick", "--env", "No"],
+        [
+            sys.executable,
+            "-m",
+            "eqxevo._app.bench.gymnax_suite",
+            "--quick",
+            "--env",
+            "No",
+        ],
         capture_output=True,
         text=True,
         check=False,

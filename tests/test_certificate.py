@@ -16,7 +16,9 @@ from click.testing import CliRunner
 from jaxtyping import Array, Int
 from scipy import stats
 
-from eqxevo.certificate import (
+from eqxevo import LifetimeFitness, Strategy, evolve
+from eqxevo._app.cli import main
+from eqxevo._src.certificate import (
     CERTIFICATE_STREAM,
     Certificate,
     CertificateError,
@@ -24,18 +26,13 @@ from eqxevo.certificate import (
     certify,
     headroom_interval,
 )
-from eqxevo.cli import main
-from eqxevo.envs import IndependentBandit
-from eqxevo.envs.base import AbstractEnv
-from eqxevo.envs.params import AbstractParams, count
-from eqxevo.evolve import evolve
-from eqxevo.heldout import heldout_genomes, summarize
-from eqxevo.memoryless_search import SearchBudget, SearchSetting, search_memoryless
-from eqxevo.nets.mlp import MLPPolicy
-from eqxevo.references import references, score_references
-from eqxevo.rollout import LifetimeFitness
-from eqxevo.runs import take
-from eqxevo.strategy import Strategy
+from eqxevo._src.envs.params import count
+from eqxevo._src.heldout import heldout_genomes, summarize
+from eqxevo._src.memoryless_search import SearchBudget, SearchSetting, search_memoryless
+from eqxevo._src.references import references, score_references
+from eqxevo._src.runs import take
+from eqxevo.envs import AbstractEnv, AbstractParams, IndependentBandit
+from eqxevo.nets import MLPPolicy
 
 H = 20
 TINY = SearchBudget(

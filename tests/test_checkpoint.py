@@ -10,7 +10,7 @@ import pytest
 from helpers import Net, sphere, tree_equal
 
 import eqxevo
-from eqxevo.checkpoint import Checkpointer, CheckpointError
+from eqxevo._app.checkpoint import Checkpointer, CheckpointError
 
 EXPERIMENT = {
     "strategy": {"name": "snes", "population_size": 8},

@@ -15,10 +15,11 @@ from click.testing import CliRunner
 from evosax.algorithms import algorithms
 from helpers import SAVED, handles_sigterm, tree_equal
 
-from eqxevo import config, experiment
-from eqxevo.checkpoint import Checkpointer
-from eqxevo.cli import main
-from eqxevo.interrupts import SAME_SIGNAL_S
+from eqxevo import experiment
+from eqxevo._app import config
+from eqxevo._app.checkpoint import Checkpointer
+from eqxevo._app.cli import main
+from eqxevo._app.interrupts import SAME_SIGNAL_S
 
 SMALL = [
     "net.name=mlp",
@@ -568,7 +569,7 @@ def _eval(*args):
 def test_eval_prints_what_heldout_evaluate_gives_and_the_runs_final_record(
     evaluated_run,
 ):
-    from eqxevo.heldout import heldout_evaluate, heldout_keys
+    from eqxevo._src.heldout import heldout_evaluate, heldout_keys
 
     built, genome = experiment.load_genome(evaluated_run)
     (key,) = heldout_keys(built.key)

@@ -5,8 +5,8 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from eqxevo import config
-from eqxevo.config import ConfigError, Experiment
+from eqxevo._app import config
+from eqxevo._app.config import ConfigError, Experiment
 
 
 def test_defaults_are_the_default_experiment():

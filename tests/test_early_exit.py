@@ -12,10 +12,10 @@ import pytest
 from helpers import tree_equal
 
 import eqxevo
-from eqxevo.early_exit import EXIT_CHUNK
+from eqxevo._src.early_exit import EXIT_CHUNK
+from eqxevo._src.nets.factories import mlp
+from eqxevo._src.rollout import lifetime_summary, run_lifetime
 from eqxevo.envs import BraxEnv, Chemotaxis
-from eqxevo.nets.factories import mlp
-from eqxevo.rollout import lifetime_summary, run_lifetime
 
 STEPS = 3 * EXIT_CHUNK + 17  # chunks and a remainder
 
@@ -78,7 +78,7 @@ def test_an_ended_episode_stops_costing_steps(monkeypatch):
     # Count the steps a lifetime runs (a callback in every step): a pendulum
     # that falls in its first chunk runs that chunk and the remainder, not
     # every chunk.
-    rollout_module = importlib.import_module("eqxevo.rollout")
+    rollout_module = importlib.import_module("eqxevo._src.rollout")
     real_step = rollout_module.lifetime_step
     ran = []
 

@@ -17,14 +17,10 @@ from reference_envs import (
 )
 
 from eqxevo import testing
-from eqxevo.envs import (
-    Chemotaxis,
-    ChemotaxisState,
-    Foraging,
-    ForagingState,
-    LongHorizon,
-    LongHorizonState,
-)
+from eqxevo._src.envs.chemotaxis import ChemotaxisState
+from eqxevo._src.envs.foraging import ForagingState
+from eqxevo._src.envs.long_horizon import LongHorizonState
+from eqxevo.envs import Chemotaxis, Foraging, LongHorizon
 
 K, M = 2, 3
 

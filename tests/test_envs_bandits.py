@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
+from eqxevo._src.agents.bandits import beta_quantile
+from eqxevo._src.envs.bandits import IndependentBanditState, ReversalBanditState
+from eqxevo._src.references import references
 from eqxevo.agents import (
     BayesUCBAgent,
     ChangePointBayesAgent,
@@ -19,17 +22,13 @@ from eqxevo.agents import (
     OracleBanditAgent,
     ThompsonSamplingAgent,
 )
-from eqxevo.agents.bandits import beta_quantile
 from eqxevo.envs import (
     IndependentBandit,
     IndependentBanditParams,
-    IndependentBanditState,
     ReversalBandit,
     ReversalBanditParams,
-    ReversalBanditState,
     privileged,
 )
-from eqxevo.references import references
 from eqxevo.testing import check_env, check_policy
 
 # -- helpers --------------------------------------------------------------------------

@@ -6,11 +6,11 @@ import pytest
 from helpers import check_physics_step, tree_equal, whole_and_resumed
 
 import eqxevo
-from eqxevo import config
+from eqxevo import LifetimeFitness
+from eqxevo._app import config
+from eqxevo._src.registry import lookup_env
 from eqxevo.envs import BraxEnv
 from eqxevo.experiment import build
-from eqxevo.registry import lookup_env
-from eqxevo.rollout import LifetimeFitness
 from eqxevo.testing import check_env
 
 pytest.importorskip("brax", reason="the brax extra is in the dev extra")
@@ -74,7 +74,7 @@ def _fitness(built) -> LifetimeFitness:
 def test_the_brax_bench_times_every_side_on_the_same_task():
     # `eqxevo bench --only brax` at a toy size: all four sides run, and the two
     # ratios (evolve / BraxProblem, lifetimes / raw loop) are filled in.
-    from eqxevo.bench.brax import brax_comparison
+    from eqxevo._app.bench.brax_sides import brax_comparison
 
     rows = brax_comparison(
         quick=True, repeats=1, env="inverted_pendulum", population_size=8
@@ -94,7 +94,7 @@ def test_brax_runs_keep_their_bits_across_batch_sizes_and_resume():
     # docs/reproducibility.md's rows for Brax (1, 2 and 4 devices, CMA_ES:
     # test_sharding.py's "physics" scenario): micro-batches and a resumed run
     # give the bits of the whole population run at once.
-    from eqxevo.nets.factories import mlp
+    from eqxevo._src.nets.factories import mlp
 
     env = BraxEnv("inverted_pendulum", backend="spring", episode_length=20)
     genome = mlp(env.obs_size, env.action_size, width=8, depth=1, key=jr.key(0))

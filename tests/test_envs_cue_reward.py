@@ -7,14 +7,10 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-from eqxevo.agents import (
-    ConstantResponseAgent,
-    CueRewardLearner,
-    CueRewardOracle,
-)
-from eqxevo.envs import CueReward, CueRewardParams, CueRewardState
-from eqxevo.envs.cue_reward import CueRewardNoise
-from eqxevo.references import references
+from eqxevo._src.envs.cue_reward import CueRewardNoise, CueRewardState
+from eqxevo._src.references import references
+from eqxevo.agents import ConstantResponseAgent, CueRewardLearner, CueRewardOracle
+from eqxevo.envs import CueReward, CueRewardParams
 from eqxevo.testing import check_env, check_policy
 
 ENV = CueReward()  # 4 cues of 20 bits, 5-step trials

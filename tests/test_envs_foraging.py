@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from reference_envs import float_arrays
 
+from eqxevo._src.envs.foraging import homeostasis
 from eqxevo.envs import Foraging, ForagingParams
-from eqxevo.envs.foraging import homeostasis
 
 K, M = 2, 3
 ENV = Foraging(K, M)

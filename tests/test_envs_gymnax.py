@@ -14,7 +14,7 @@ from eqxevo import rollout
 from eqxevo.nets import MLPPolicy
 from eqxevo.testing import check_env, check_policy
 
-gymnax_env = pytest.importorskip("eqxevo.envs.gymnax")
+gymnax_env = pytest.importorskip("eqxevo._src.envs.gymnax")
 GymnaxEnv = gymnax_env.GymnaxEnv
 
 

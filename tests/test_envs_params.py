@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from eqxevo.config import ConfigError, from_dict
+from eqxevo._app.config import ConfigError, from_dict
+from eqxevo._app.experiment.build import lookup, make_env
+from eqxevo._src.envs.params import Spec
 from eqxevo.envs import (
     Chemotaxis,
     ChemotaxisParams,
@@ -20,8 +22,6 @@ from eqxevo.envs import (
     LongHorizon,
     LongHorizonParams,
 )
-from eqxevo.envs.params import Spec
-from eqxevo.experiment.build import lookup, make_env
 
 ENVS = {
     "chemotaxis": (Chemotaxis, ChemotaxisParams),

@@ -5,11 +5,11 @@ observation normalisation by default."""
 import pytest
 from helpers import check_physics_step
 
-from eqxevo import config
+from eqxevo import LifetimeFitness
+from eqxevo._app import config
+from eqxevo._src.registry import lookup_env
 from eqxevo.envs import PlaygroundEnv
 from eqxevo.experiment import build
-from eqxevo.registry import lookup_env
-from eqxevo.rollout import LifetimeFitness
 from eqxevo.testing import check_env
 
 pytest.importorskip("mujoco_playground", reason="the playground extra is in dev")
@@ -90,8 +90,8 @@ def test_config_names_playground_environments_and_normalises_by_default():
 
 
 def test_a_missing_extra_is_one_line_with_the_install_command(monkeypatch, capsys):
-    from eqxevo.envs import playground
-    from eqxevo.envs.physics import quiet_import
+    from eqxevo._src.envs import playground
+    from eqxevo._src.envs.physics import quiet_import
 
     def load():
         print("a library's import-time chatter")

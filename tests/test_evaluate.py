@@ -17,10 +17,9 @@ from helpers import (
 from hypothesis import example, given, settings
 from jaxtyping import TypeCheckError
 
-from eqxevo import Strategy
-from eqxevo.bits import BLOCK_ALIGN, block_width
-from eqxevo.evaluate import evaluate, genome_keys
-from eqxevo.genome import GenomeLayout
+from eqxevo import GenomeLayout, Strategy, evaluate
+from eqxevo._src.bits import BLOCK_ALIGN, block_width
+from eqxevo._src.evaluate import genome_keys
 
 
 @given(size=st.integers(1, 6), seed=st.integers(0, 1000))

@@ -23,9 +23,8 @@ from helpers import (
 from hypothesis import given, settings
 
 import eqxevo
-from eqxevo import NonFiniteFitnessError, Strategy
-from eqxevo.keys import generation_keys
-from eqxevo.program import run_chunk
+from eqxevo import NonFiniteFitnessError, Strategy, generation_keys
+from eqxevo._src.program import run_chunk
 
 
 @functools.cache
@@ -543,7 +542,7 @@ def test_host_work_on_a_chunk_overlaps_the_next_chunk(key, monkeypatch):
     # The order of events: chunk k + 1 is dispatched before chunk k reaches the
     # callback, so the device runs while the host works.
     events = []
-    evolve_module = sys.modules["eqxevo.evolve"]
+    evolve_module = sys.modules["eqxevo._src.evolve"]
     real = evolve_module.run_chunk
 
     def recording(*args, **kwargs):
@@ -698,7 +697,7 @@ def test_no_module_loops_over_generations_but_evolve():
     root = Path(__file__).resolve().parent.parent
     offenders = []
     for path in [*root.glob("eqxevo/**/*.py"), *root.glob("scripts/*.py")]:
-        if path.name == "evolve.py" and path.parent.name == "eqxevo":
+        if path.name == "evolve.py" and path.parent.name == "_src":
             continue  # the loop itself (over chunks)
         tree = ast.parse(path.read_text())
         for loop in ast.walk(tree):

@@ -7,7 +7,7 @@ import equinox as eqx
 import jax
 import pytest
 
-from eqxevo import config
+from eqxevo._app import config
 from eqxevo.experiment import build
 
 FOLDER = Path(__file__).parent.parent / "examples"

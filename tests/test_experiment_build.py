@@ -2,9 +2,10 @@ import pytest
 from click.testing import CliRunner
 from helpers import final_state, small_experiment as small, tree_equal
 
-from eqxevo import config, experiment
-from eqxevo.cli import main
-from eqxevo.config import ConfigError
+from eqxevo import experiment
+from eqxevo._app import config
+from eqxevo._app.cli import main
+from eqxevo._app.config import ConfigError
 
 
 @pytest.mark.parametrize(

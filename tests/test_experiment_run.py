@@ -15,11 +15,12 @@ from helpers import (
     tree_equal,
 )
 
-from eqxevo import config, experiment
-from eqxevo.checkpoint import Checkpointer, CheckpointError
-from eqxevo.config import ConfigError
-from eqxevo.metrics import Progress
-from eqxevo.plots import fitness_figure
+from eqxevo import experiment
+from eqxevo._app import config
+from eqxevo._app.checkpoint import Checkpointer, CheckpointError
+from eqxevo._app.config import ConfigError
+from eqxevo._app.figures import fitness_figure
+from eqxevo._app.metrics import Progress
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +241,7 @@ def test_same_name_after_a_run_that_saved_no_checkpoint_just_works(
     def fail(*args, **kwargs):
         raise RuntimeError("compiler crashed")
 
-    monkeypatch.setattr("eqxevo.experiment.run.compile_chunk", fail)
+    monkeypatch.setattr("eqxevo._app.experiment.run.compile_chunk", fail)
     with pytest.raises(RuntimeError, match="compiler crashed"):
         experiment.run_experiment(small(), tmp_path / "r", quiet=True)
     assert (tmp_path / "r/config.toml").exists()
@@ -260,7 +261,7 @@ def test_same_name_after_a_run_that_saved_no_checkpoint_just_works(
 
 def test_a_run_that_cannot_fit_stops_before_it_starts(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        "eqxevo.experiment.resources.available_memory",
+        "eqxevo._app.experiment.resources.available_memory",
         lambda mesh=None: (1000, "this host"),
     )
     with pytest.raises(experiment.ResourceError) as info:
@@ -396,7 +397,7 @@ def _records(run_dir):
 
 
 def test_heldout_records_at_eval_every_and_the_end_compile_once(tmp_path):
-    from eqxevo.heldout import episode_fitness, heldout_evaluate, heldout_keys
+    from eqxevo._src.heldout import episode_fitness, heldout_evaluate, heldout_keys
 
     # chunks of 2 (the small experiment's, so its compiled chunk) would end at
     # 2, 4 and 6: eval_every=3 makes one end at 3 too
@@ -455,7 +456,7 @@ def test_heldout_records_at_eval_every_and_the_end_compile_once(tmp_path):
 def test_heldout_stream_survives_interrupt_and_resume(tmp_path, monkeypatch):
     import signal
 
-    from eqxevo.interrupts import StopRequest
+    from eqxevo._app.interrupts import StopRequest
 
     # chunks of 2 and 7 held-out lifetimes, as in the test above: the same
     # compiled programs (checkpoints every 2 generations)
@@ -490,7 +491,7 @@ def test_heldout_stream_survives_interrupt_and_resume(tmp_path, monkeypatch):
 
 
 def test_heldout_per_seed_and_population_algorithms_without_a_mean(tmp_path):
-    from eqxevo.heldout import heldout_evaluate, heldout_keys
+    from eqxevo._src.heldout import heldout_evaluate, heldout_keys
 
     exp = small(
         "run.num_seeds=2",

@@ -17,13 +17,14 @@ from click.testing import CliRunner
 from helpers import SMALL_EXPERIMENT, final_state, small_experiment, tree_equal
 
 from eqxevo import experiment
-from eqxevo._cli import disk_full_message
-from eqxevo.checkpoint import Checkpointer
-from eqxevo.cli import main
-from eqxevo.evolve import compile_chunk
-from eqxevo.experiment.resources import chunk_bytes, too_big
-from eqxevo.experiment.rundir import RunDir, write_atomic
-from eqxevo.metrics import MetricsLog
+from eqxevo._app._cli import disk_full_message
+from eqxevo._app.checkpoint import Checkpointer
+from eqxevo._app.cli import main
+from eqxevo._app.experiment.resources import chunk_bytes, too_big
+from eqxevo._app.experiment.rundir import write_atomic
+from eqxevo._app.metrics import MetricsLog
+from eqxevo._src.evolve import compile_chunk
+from eqxevo.experiment import RunDir
 
 SETS = [x for item in SMALL_EXPERIMENT for x in ("--set", item)]
 
@@ -115,7 +116,7 @@ def test_write_atomic_on_a_full_disk_keeps_the_old_file_and_no_tmp(
 ):
     path = tmp_path / "summary.json"
     path.write_text("old\n")
-    monkeypatch.setattr("eqxevo.experiment.rundir.os.fsync", _enospc)
+    monkeypatch.setattr("eqxevo._app.experiment.rundir.os.fsync", _enospc)
     with pytest.raises(OSError) as info:
         write_atomic(path, "new\n")
     assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
@@ -317,7 +318,7 @@ def test_eval_with_too_many_episodes_is_one_line_naming_estimate_and_limit(
         "(episode indices are 32-bit)"
     )
     monkeypatch.setattr(
-        "eqxevo.experiment.review.available_memory",
+        "eqxevo._app.experiment.review.available_memory",
         lambda mesh=None: (1_000_000, "this host"),
     )
     result = cli("eval", str(run_dir), "--episodes", "100000")

@@ -7,8 +7,8 @@ import pytest
 from helpers import lifetime, random_population, sphere, tree_equal
 from hypothesis import given, settings
 
-from eqxevo.evaluate import evaluate
-from eqxevo.fidelity import MultiFidelity, combine_fidelities, promote
+from eqxevo import MultiFidelity, combine_fidelities, evaluate
+from eqxevo._src.fidelity import promote
 
 # -- multi-fidelity -------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from jaxtyping import TypeCheckError
 
-from eqxevo.fitness import fitness_summary, rank_nonfinite_worst
+from eqxevo._src.fitness import fitness_summary, rank_nonfinite_worst
 
 # -- NumPy references ----------------------------------------------------------------
 

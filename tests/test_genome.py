@@ -8,7 +8,7 @@ import pytest
 from helpers import Net, tree_equal
 from hypothesis import given
 
-from eqxevo.genome import GenomeLayout
+from eqxevo import GenomeLayout
 
 shapes = st.lists(
     st.lists(st.integers(1, 3), min_size=0, max_size=2).map(tuple),

@@ -6,15 +6,16 @@ import pytest
 from helpers import Rosenbrock, transcendental
 
 import eqxevo
-from eqxevo.evaluate import EvalSettings
-from eqxevo.heldout import (
+from eqxevo import generation_keys
+from eqxevo._src.evaluate import EvalSettings
+from eqxevo._src.heldout import (
     heldout_evaluate,
     heldout_fitness,
     heldout_key,
     heldout_keys,
     summarize,
 )
-from eqxevo.keys import generation_keys, run_keys, seed_keys
+from eqxevo._src.keys import run_keys, seed_keys
 
 
 def test_summary_matches_a_students_t_reference_on_fixed_data():
@@ -89,7 +90,8 @@ def test_a_runs_heldout_keys_are_disjoint_from_its_selection_keys_per_seed():
     # `eqxevo run` with num_seeds=2: each seed's held-out lifetimes against every
     # key the run derives (the genome's key, each seed's init/run keys, the
     # generation keys and every genome's episode key).
-    from eqxevo import config, experiment
+    from eqxevo import experiment
+    from eqxevo._app import config
 
     exp = config.load(None, ["run.num_seeds=2", "strategy.population_size=16"])
     built = experiment.build(exp)

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from helpers import SAVED, SMALL_EXPERIMENT, handles_sigterm
 
-from eqxevo.checkpoint import Checkpointer
+from eqxevo._app.checkpoint import Checkpointer
 
 # Prints to stderr without pause, as a run's progress lines may, until a signal
 # before any finished chunk makes the watcher exit with its message.
 CHILD = """
 import sys
-from eqxevo.interrupts import StopRequest
+from eqxevo._app.interrupts import StopRequest
 with StopRequest(lambda: "LAST LINE"):
     print("ready", flush=True)
     while True:
@@ -68,7 +68,7 @@ def test_the_exit_message_is_the_last_line_while_the_main_thread_prints(signum):
 # it waited.
 BLOCKED_CHILD = """
 import sys, threading, time
-from eqxevo.interrupts import StopRequest
+from eqxevo._app.interrupts import StopRequest
 ended = threading.Event()
 def write():
     sys.stderr.write("x" * (1 << 22))
@@ -144,7 +144,7 @@ LONG_RUN = [
     "--quiet",
 ]
 
-# eqxevo's last line after a signal: the process guard's (eqxevo.interrupts), or
+# eqxevo's last line after a signal: the process guard's (eqxevo._app.interrupts), or
 # a run's StopRequest's (nothing saved yet; a checkpoint saved).
 INTERRUPT_LINE = re.compile(
     r"^eqxevo( [\w-]+)?: interrupted \((Ctrl-C|SIGTERM)\)"
@@ -252,7 +252,7 @@ def test_a_signal_ends_any_command_in_one_line(tmp_path, command, moment):
 # Some wrappers (`uv run`, which waits 200 ms first) forward a SIGINT to their
 # child, which had it from the process group already: one Ctrl-C reaches eqxevo
 # twice. Forwarded 0.1 s later, it counted as a second Ctrl-C ("again: quitting at
-# once") before eqxevo.interrupts.SAME_SIGNAL_S.
+# once") before eqxevo._app.interrupts.SAME_SIGNAL_S.
 FORWARDING_WRAPPER = """
 import signal, subprocess, sys, time
 child = subprocess.Popen(sys.argv[1:])

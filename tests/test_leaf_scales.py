@@ -11,10 +11,9 @@ import pytest
 from evosax.algorithms import algorithms
 from helpers import tree_equal
 
-from eqxevo import GenomeLayout, Strategy
-from eqxevo.config import ConfigError, check_resumable, dumps, from_dict, load
-from eqxevo.experiment import build
-from eqxevo.runs import stack_runs
+from eqxevo import GenomeLayout, Strategy, stack_runs
+from eqxevo._app.config import ConfigError, check_resumable, dumps, from_dict
+from eqxevo.experiment import build, load
 
 SCALE = 0.01
 

@@ -14,12 +14,11 @@ import numpy as np
 import pytest
 from helpers import tree_equal
 
-from eqxevo import LifetimeFitness, evaluate, rollout
-from eqxevo.config import ConfigError, check_resumable, dumps, from_dict, load
-from eqxevo.evaluate import draws_apart
-from eqxevo.experiment import build
-from eqxevo.rollout import lifetime_keys
-from eqxevo.runs import stack_runs
+from eqxevo import LifetimeFitness, evaluate, rollout, stack_runs
+from eqxevo._app.config import ConfigError, check_resumable, dumps, from_dict
+from eqxevo._src.evaluate import draws_apart
+from eqxevo._src.rollout import lifetime_keys
+from eqxevo.experiment import build, load
 
 STEPS = 25
 POPULATION = 33

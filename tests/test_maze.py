@@ -4,17 +4,17 @@ import jax.random as jr
 import numpy as np
 import pytest
 
+from eqxevo import LifetimeFitness
+from eqxevo._src.agents.maze import MazeMemory
+from eqxevo._src.references import references, score_references
 from eqxevo.agents import (
     MazeExploreExploitAgent,
-    MazeMemory,
     MazeOracleAgent,
     MazeWallFollowerAgent,
 )
 from eqxevo.envs import privileged
-from eqxevo.references import references, score_references
-from eqxevo.rollout import LifetimeFitness
 
-gymnax_env = pytest.importorskip("eqxevo.envs.gymnax")
+gymnax_env = pytest.importorskip("eqxevo._src.envs.gymnax")
 ENV = gymnax_env.GymnaxEnv("MetaMaze-misc")
 PARAMS = ENV.default_params()
 OPEN = np.asarray(ENV.gymnax_env.env_map, bool)

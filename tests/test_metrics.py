@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from eqxevo.metrics import MetricsLog, Progress, history_records
+from eqxevo._app.metrics import MetricsLog, Progress, history_records
 
 
 def chunk(generations, seeds=None):
@@ -84,7 +84,7 @@ class Clock:
 
 def test_eta_after_the_first_chunk_leaves_compilation_out(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr("eqxevo.metrics.time.perf_counter", clock)
+    monkeypatch.setattr("eqxevo._app.metrics.time.perf_counter", clock)
     out = io.StringIO()
     with Progress(301, 1000, stream=out, every=1e9) as progress:
         clock.now += 60.0  # compiling
@@ -105,7 +105,7 @@ def test_eta_after_the_first_chunk_leaves_compilation_out(monkeypatch):
 
 def test_short_runs_get_a_projection_without_a_warning(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr("eqxevo.metrics.time.perf_counter", clock)
+    monkeypatch.setattr("eqxevo._app.metrics.time.perf_counter", clock)
     out = io.StringIO()
     with Progress(11, 10, stream=out, every=1e9) as progress:
         progress.start_running()
@@ -119,7 +119,7 @@ def test_short_runs_get_a_projection_without_a_warning(monkeypatch):
 
 
 def test_format_seconds_and_bytes():
-    from eqxevo.metrics import format_bytes, format_seconds
+    from eqxevo._app.metrics import format_bytes, format_seconds
 
     assert [format_seconds(s) for s in (0.123, 42, 450, 13320)] == [
         "0.12 s",

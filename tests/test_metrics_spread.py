@@ -1,4 +1,5 @@
-"""The notice of a run whose fitness has no spread (`eqxevo.fitness.SpreadWatch`)."""
+"""The notice of a run whose fitness has no spread
+(`eqxevo._src.fitness.SpreadWatch`)."""
 
 import io
 
@@ -6,7 +7,7 @@ import pytest
 from helpers import small_experiment
 
 from eqxevo import experiment
-from eqxevo.fitness import NO_SPREAD_GENERATIONS, SpreadWatch
+from eqxevo._src.fitness import NO_SPREAD_GENERATIONS, SpreadWatch
 
 
 def records(values, seed=None, start=0):

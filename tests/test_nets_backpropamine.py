@@ -12,13 +12,11 @@ from hypothesis import given, settings
 from reference_envs import CounterEnv
 
 import eqxevo
-from eqxevo import experiment
-from eqxevo.genome import GenomeLayout
+from eqxevo import GenomeLayout, experiment, record
+from eqxevo._src.nets.factories import mlp
+from eqxevo._src.rollout import lifetime_step, start_lifetime
 from eqxevo.nets import MLPPolicy, PlasticMLPPolicy
-from eqxevo.nets.factories import mlp
-from eqxevo.rollout import lifetime_step, start_lifetime
 from eqxevo.testing import check_policy
-from eqxevo.trajectory import record
 
 # -- the NumPy reference ------------------------------------------------------------
 
@@ -338,7 +336,7 @@ def test_a_hand_wired_plastic_mlp_learns_the_bernoulli_bandit():
     """>= 87 over 100-pull lifetimes (greedy Bayes about 89.4, the best policy
     without memory, win-stay lose-shift, about 81.7): the plastic MLP, whose
     only memory is Hebb, can hold the solution."""
-    gymnax = pytest.importorskip("eqxevo.envs.gymnax")
+    gymnax = pytest.importorskip("eqxevo._src.envs.gymnax")
     env = gymnax.GymnaxEnv("BernoulliBandit-misc")
     fitness = eqxevo.LifetimeFitness(env, env.default_params(), 100)
     learner = hand_wired_bandit_learner()

@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from eqxevo.nets import population_last
+from eqxevo._src.nets.batching import population_last
 
 SRC = jnp.array([0, 2, 1, 3, 3], jnp.int32)
 DST = jnp.array([0, 0, 1, 2, 3], jnp.int32)

@@ -85,7 +85,7 @@ def test_effective_num_edges_is_the_topology_s(p, self_connections):
 def test_the_registry_asks_a_constructor_for_its_effective_options():
     # A network with derived options says them through its `effective_options`
     # hook; any other constructor gets its scalar defaults and the user's values.
-    from eqxevo.registry import effective_options
+    from eqxevo._src.registry import effective_options
 
     assert effective_options(sparse_rate, {}) == sparse_rate.effective_options({})
     got = effective_options(MLPPolicy, {"width": 4})

@@ -1,4 +1,4 @@
-"""The fused Pallas step (`eqxevo.nets.fused`), in interpret mode on CPU.
+"""The fused Pallas step (`eqxevo._src.nets.fused`), in interpret mode on CPU.
 
 Three kinds of evidence: the NumPy reference (float64, edge by edge); the XLA
 gather layout, which stores the same values (to float32 rounding, and bit for
@@ -36,24 +36,23 @@ from test_nets_sparse import (
     evolve_two_generations,
 )
 
+from eqxevo._src.nets.fused import next_power_of_2, round_stochastically
+from eqxevo._src.nets.layouts import make_layout
+from eqxevo._src.nets.plasticity import random_bits, stochastic_round
+from eqxevo._src.nets.propagate import propagate
+from eqxevo._src.nets.sparse import SparseRateState, SparseSpikingState
 from eqxevo.nets import (
     HebbianRule,
+    PallasLayout,
     PlasticState,
     SparseRatePolicy,
-    SparseRateState,
     SparseSpikingPolicy,
-    SparseSpikingState,
     STDPRule,
     Topology,
     choose_layout,
-    make_layout,
-    propagate,
     sparse_lif,
     sparse_rate,
-    stochastic_round,
 )
-from eqxevo.nets.fused import PallasLayout, next_power_of_2, round_stochastically
-from eqxevo.nets.plasticity import random_bits
 
 TRACE_DTYPES = ("float32", "float16", "bfloat16")
 

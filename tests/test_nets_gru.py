@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from reference_envs import CounterEnv
 
-from eqxevo import config, experiment
-from eqxevo.genome import GenomeLayout
-from eqxevo.nets import GRUPolicy, GRUState
+from eqxevo import GenomeLayout, experiment
+from eqxevo._app import config
+from eqxevo._src.nets.gru import GRUState
+from eqxevo.nets import GRUPolicy
 from eqxevo.testing import check_policy
 
 

@@ -10,6 +10,8 @@ import pytest
 from test_nets_backpropamine import hand_wired_bandit_learner
 
 import eqxevo
+from eqxevo._src.nets.base import LesionError
+from eqxevo._src.nets.lesion import MemoryLesioned, lesion
 from eqxevo.nets import (
     GRUPolicy,
     HebbianRule,
@@ -19,12 +21,10 @@ from eqxevo.nets import (
     SparseRatePolicy,
     Topology,
 )
-from eqxevo.nets.base import LesionError
-from eqxevo.nets.lesion import MemoryLesioned, lesion
 
 
 def test_a_hand_wired_plastic_mlp_loses_its_advantage_under_the_plasticity_lesion():
-    gymnax = pytest.importorskip("eqxevo.envs.gymnax")
+    gymnax = pytest.importorskip("eqxevo._src.envs.gymnax")
     env = gymnax.GymnaxEnv("BernoulliBandit-misc")
     fitness = eqxevo.LifetimeFitness(env, env.default_params(), 100)
     learner = hand_wired_bandit_learner()
@@ -118,10 +118,11 @@ def test_eval_lesion_plasticity_takes_the_hand_wired_learners_advantage(tmp_path
 
     from click.testing import CliRunner
 
-    from eqxevo.cli import main
-    from eqxevo.experiment.rundir import RunDir, sha256
+    from eqxevo._app.cli import main
+    from eqxevo._app.experiment.rundir import sha256
+    from eqxevo.experiment import RunDir
 
-    pytest.importorskip("eqxevo.envs.gymnax")
+    pytest.importorskip("eqxevo._src.envs.gymnax")
     task = [
         "env.name=gymnax:BernoulliBandit-misc",
         "net.name=mlp",

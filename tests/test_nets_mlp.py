@@ -76,7 +76,7 @@ def test_the_mlp_factory_without_plasticity_is_exactly_mlp_policy(key):
     as before it took `plasticity`: existing configs and checkpoints stand."""
     from helpers import tree_equal
 
-    from eqxevo.nets.factories import mlp
+    from eqxevo._src.nets.factories import mlp
 
     want = MLPPolicy(4, 2, 6, 1, key=key)
     for plasticity in (None, False):

@@ -9,7 +9,8 @@ import pytest
 import reference_nets as ref
 from hypothesis import given
 
-from eqxevo.nets import LIFNeurons, RateNeurons, lif_step, rate_step
+from eqxevo._src.nets.neurons import lif_step, rate_step
+from eqxevo.nets import LIFNeurons, RateNeurons
 
 N = 16
 TOL = {"rtol": 1e-5, "atol": 1e-5}  # one float32 step of O(1) values

@@ -10,6 +10,7 @@ import pytest
 import reference_nets as ref
 from helpers import tree_equal
 
+from eqxevo._src.nets.per_synapse import normalise_weights
 from eqxevo.nets import (
     HebbianRule,
     PerSynapseHebbianRule,
@@ -17,7 +18,6 @@ from eqxevo.nets import (
     Topology,
     sparse_rate,
 )
-from eqxevo.nets.per_synapse import normalise_weights
 
 N, E_MAX, OBS, ACT, STEPS = 12, 48, 4, 2, 6
 TOL = {"rtol": 2e-5, "atol": 2e-5}  # float32 against float64 over a few steps

@@ -9,18 +9,22 @@ import pytest
 import reference_nets as ref
 from hypothesis import given
 
-from eqxevo.bench import state_bytes
+from eqxevo._app.bench.net_sweeps import state_bytes
+from eqxevo._src.nets.plasticity import (
+    random_bits,
+    reward_modulation,
+    stochastic_round,
+    three_factor_update,
+    update_trace,
+    widen,
+)
 from eqxevo.nets import (
     HebbianRule,
     SparseRatePolicy,
     SparseSpikingPolicy,
     STDPRule,
     Topology,
-    stochastic_round,
-    three_factor_update,
-    update_trace,
 )
-from eqxevo.nets.plasticity import random_bits, reward_modulation, widen
 
 E = 64
 rngs = st.integers(0, 2**16).map(lambda s: np.random.default_rng(s))

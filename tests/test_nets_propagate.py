@@ -8,17 +8,15 @@ import pytest
 import reference_nets as ref
 from hypothesis import given
 
+from eqxevo._src.nets.layouts import DETERMINISTIC_GPU_FLAG, make_layout
+from eqxevo._src.nets.propagate import LAYOUTS, propagate
 from eqxevo.nets import (
-    LAYOUTS,
     DenseLayout,
     GatherLayout,
     SegmentLayout,
     Topology,
     choose_layout,
-    make_layout,
-    propagate,
 )
-from eqxevo.nets.layouts import DETERMINISTIC_GPU_FLAG
 
 # Shapes are fixed (N = 12 neurons, E_max = 48 slots) so that every example
 # reuses the same compiled programs; the topology, mask and values vary.

@@ -8,8 +8,8 @@ import reference_nets as ref
 from helpers import tree_equal
 
 import eqxevo
+from eqxevo._src.nets.propagate import LAYOUTS
 from eqxevo.nets import (
-    LAYOUTS,
     AbstractPolicy,
     HebbianRule,
     SparseRatePolicy,

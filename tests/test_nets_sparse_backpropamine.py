@@ -11,9 +11,10 @@ import pytest
 import reference_nets as ref
 from helpers import tree_equal
 
-from eqxevo import config, experiment
+from eqxevo import experiment
+from eqxevo._app import config
+from eqxevo._src.nets.propagate import LAYOUTS
 from eqxevo.nets import (
-    LAYOUTS,
     BackpropamineRule,
     BackpropamineState,
     SparseRatePolicy,

@@ -18,12 +18,9 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import eqxevo
-from eqxevo import experiment
-from eqxevo.envs import Chemotaxis
-from eqxevo.experiment.review import eval_run
-from eqxevo.nets import AbstractPolicy
-from eqxevo.nets.factories import mlp
-from eqxevo.obs_norm import (
+from eqxevo import LifetimeFitness, experiment, rollout
+from eqxevo._src.nets.factories import mlp
+from eqxevo._src.obs_norm import (
     CLIP,
     EPS,
     NormalizedPolicy,
@@ -31,7 +28,9 @@ from eqxevo.obs_norm import (
     RunningObs,
     merge_stacked,
 )
-from eqxevo.rollout import LifetimeFitness, rollout
+from eqxevo.envs import Chemotaxis
+from eqxevo.experiment import eval_run
+from eqxevo.nets import AbstractPolicy
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, width=32)
 

@@ -4,17 +4,17 @@ import pytest
 from test_metrics import chunk
 
 from eqxevo import record
-from eqxevo.agents import BraitenbergAgent, ForagerAgent
-from eqxevo.envs import Chemotaxis, Foraging
-from eqxevo.metrics import history_records
-from eqxevo.plots import (
+from eqxevo._app.figures import (
     ReferenceBand,
     fitness_figure,
     plot_fitness,
-    render_policy,
     render_trajectory,
     trajectory_figure,
 )
+from eqxevo._app.metrics import history_records
+from eqxevo.agents import BraitenbergAgent, ForagerAgent
+from eqxevo.envs import Chemotaxis, Foraging
+from eqxevo.experiment import render_policy
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ENV = Chemotaxis()
@@ -92,7 +92,7 @@ def test_fitness_figure_has_labels_a_title_and_integer_ticks():
 
 
 def test_reference_bands_are_labelled_lines_with_their_intervals():
-    from eqxevo.study.plots import learning_curves
+    from eqxevo._app.study.plots import learning_curves
 
     bands = [
         ReferenceBand(

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import eqxevo
-import eqxevo.bits
+import eqxevo._src.bits
 
 WORKER = Path(__file__).with_name("prng_worker.py")
 ROOT = Path(eqxevo.__file__).resolve().parents[1]
@@ -98,14 +98,14 @@ def test_unrolled_threefry_first_generation_agrees_to_float_rounding(both, algor
 
 def test_import_leaves_jax_threefry_lowering_alone():
     code = (
-        "import eqxevo, eqxevo.bits\n"
+        "import eqxevo, eqxevo._src.bits\n"
         "from jax._src.interpreters import mlir\n"
         "from jax._src.random import threefry2x32 as t\n"
         "rule = mlir._platform_specific_lowerings['cpu'][t.threefry2x32_p].rule\n"
         "assert rule is t._threefry2x32_cpu_lowering_rule, rule\n"
-        "assert not eqxevo.bits.fast_cpu_prng_active()\n"
+        "assert not eqxevo._src.bits.fast_cpu_prng_active()\n"
         "assert eqxevo.fast_cpu_prng()\n"
-        "assert eqxevo.bits.fast_cpu_prng_active()\n"
+        "assert eqxevo._src.bits.fast_cpu_prng_active()\n"
         "rule = mlir._platform_specific_lowerings['cpu'][t.threefry2x32_p].rule\n"
         "assert rule is t._threefry2x32_lowering_rule, rule\n"
     )
@@ -120,9 +120,9 @@ def test_import_leaves_jax_threefry_lowering_alone():
 
 
 def test_missing_private_api_warns_once_and_changes_nothing(monkeypatch):
-    monkeypatch.setattr(eqxevo.bits, "_threefry", lambda: None)
-    monkeypatch.setattr(eqxevo.bits, "_warned", False)
+    monkeypatch.setattr(eqxevo._src.bits, "_threefry", lambda: None)
+    monkeypatch.setattr(eqxevo._src.bits, "_warned", False)
     with pytest.warns(RuntimeWarning, match="keeping JAX's default threefry"):
         assert eqxevo.fast_cpu_prng() is False
     assert eqxevo.fast_cpu_prng() is False  # no second warning (they are errors)
-    assert eqxevo.bits.fast_cpu_prng_active() is False
+    assert eqxevo._src.bits.fast_cpu_prng_active() is False

@@ -6,18 +6,8 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-from eqxevo.agents import RandomAgent
-from eqxevo.envs import (
-    Chemotaxis,
-    CueReward,
-    Foraging,
-    IndependentBandit,
-    LongHorizon,
-    ReversalBandit,
-    privileged,
-)
-from eqxevo.envs.base import AbstractEnv
-from eqxevo.references import (
+from eqxevo import LifetimeFitness
+from eqxevo._src.references import (
     CEILING_KINDS,
     FLOOR_KINDS,
     Reference,
@@ -26,9 +16,19 @@ from eqxevo.references import (
     scale,
     score_references,
 )
-from eqxevo.rollout import LifetimeFitness
+from eqxevo.agents import RandomAgent
+from eqxevo.envs import (
+    AbstractEnv,
+    Chemotaxis,
+    CueReward,
+    Foraging,
+    IndependentBandit,
+    LongHorizon,
+    ReversalBandit,
+    privileged,
+)
 
-gymnax_env = pytest.importorskip("eqxevo.envs.gymnax")
+gymnax_env = pytest.importorskip("eqxevo._src.envs.gymnax")
 BANDIT = gymnax_env.GymnaxEnv("BernoulliBandit-misc")
 
 ALL = {"random", "no_memory", "learner", "oracle"}
@@ -190,9 +190,9 @@ def test_bandit_references_score_what_a_numpy_bandit_gives():
 
 
 def test_eval_lines_give_each_reference_the_normalised_score_and_the_flag():
-    from eqxevo.experiment.review import Evaluation
-    from eqxevo.heldout import summarize
-    from eqxevo.references import Scored
+    from eqxevo._src.heldout import summarize
+    from eqxevo._src.references import Scored
+    from eqxevo.experiment import Evaluation
 
     def evaluation(genome_scores):
         refs = (

@@ -6,8 +6,9 @@ import pytest
 from evosax.algorithms import SNES, algorithms
 
 import eqxevo
-from eqxevo.presets import PresetError, load_preset, preset_dir, preset_names
-from eqxevo.registry import lookup_strategy
+from eqxevo import PresetError
+from eqxevo._src.presets import load_preset, preset_dir, preset_names
+from eqxevo._src.registry import lookup_strategy
 
 REQUIRED_PRESETS = {
     "snes",

@@ -21,14 +21,9 @@ from helpers import Net, sphere
 from sharding_worker import BUILTINS, DISTRIBUTED, SCENARIOS, flatten
 
 import eqxevo
-from eqxevo.names import ENVS, NETS
-from eqxevo.sharding import (
-    POPULATION_AXIS,
-    check_divisible,
-    population_mesh,
-    topology,
-    use_cpu_devices,
-)
+from eqxevo import population_mesh, use_cpu_devices
+from eqxevo._src.names import ENVS, NETS
+from eqxevo._src.sharding import POPULATION_AXIS, check_divisible, topology
 
 WORKER = Path(__file__).with_name("sharding_worker.py")
 ROOT = Path(eqxevo.__file__).resolve().parents[1]

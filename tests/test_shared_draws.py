@@ -17,13 +17,12 @@ import pytest
 from helpers import tree_equal
 from hypothesis import example, given, settings
 
-from eqxevo import LifetimeFitness, evaluate
-from eqxevo.bits import CPU_BLOCK_MAX, block_width, draws_apart_pay
-from eqxevo.config import from_dict
-from eqxevo.evaluate import draws_apart
+from eqxevo import LifetimeFitness, evaluate, record, rollout
+from eqxevo._app.config import from_dict
+from eqxevo._src.bits import CPU_BLOCK_MAX, block_width, draws_apart_pay
+from eqxevo._src.evaluate import draws_apart
+from eqxevo._src.rollout import DRAW_BLOCK, draw_block
 from eqxevo.experiment import build
-from eqxevo.rollout import DRAW_BLOCK, draw_block, rollout
-from eqxevo.trajectory import record
 
 NETS = {
     "L0": ("chemotaxis", {}),

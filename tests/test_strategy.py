@@ -15,7 +15,7 @@ from hypothesis import given
 
 import eqxevo
 from eqxevo import Strategy
-from eqxevo.registry import family_of
+from eqxevo._src.registry import family_of
 
 
 class Genome(eqx.Module):

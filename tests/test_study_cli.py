@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 from study_fixtures import finished_study  # noqa: F401
 
-from eqxevo.cli import main
+from eqxevo._app.cli import main
 
 
 @pytest.mark.parametrize("command", ["plan", "run", "status", "report"])

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from study_fixtures import TINY, finished_study, write_study  # noqa: F401
 
+from eqxevo._app.study.report import cells_table
+from eqxevo._app.study.runner import load_plan, run_dir
 from eqxevo.study import SubmititExecutor, load, run_study
-from eqxevo.study.report import cells_table
-from eqxevo.study.runner import load_plan, run_dir
 
 
 @pytest.mark.slow

@@ -3,10 +3,10 @@ import jax.numpy as jnp
 import pytest
 from study_fixtures import TINY, finished_study, write_study  # noqa: F401
 
-from eqxevo.program import run_chunk
+from eqxevo._app.study.runner import run_dir
+from eqxevo._app.study.spec import from_dict
+from eqxevo._src.program import run_chunk
 from eqxevo.study import load, plan, run_study
-from eqxevo.study.runner import run_dir
-from eqxevo.study.spec import from_dict
 
 BASE = {
     "env": {"name": "chemotaxis"},

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from eqxevo.cli import main
+from eqxevo._app.cli import main
+from eqxevo._app.study.lesions import lesion_columns, lesion_lines
 from eqxevo.experiment import eval_run
-from eqxevo.study.lesions import lesion_columns, lesion_lines
 
 TASK = [
     "net.name=recurrent",

@@ -4,11 +4,8 @@ import pytest
 from scipy import stats
 from study_fixtures import finished_study  # noqa: F401
 
-from eqxevo.experiment import build
-from eqxevo.heldout import heldout_keys
-from eqxevo.references import references, score_references
-from eqxevo.study import load, plots, stats as study_stats
-from eqxevo.study.report import (
+from eqxevo._app.study import plots, stats as study_stats
+from eqxevo._app.study.report import (
     METRICS,
     cells_table,
     comparisons_table,
@@ -18,8 +15,12 @@ from eqxevo.study.report import (
     summary_table,
     write_report,
 )
-from eqxevo.study.spec import from_dict
-from eqxevo.study.stats import CONFIDENCE, SEED
+from eqxevo._app.study.spec import from_dict
+from eqxevo._app.study.stats import CONFIDENCE, SEED
+from eqxevo._src.heldout import heldout_keys
+from eqxevo._src.references import references, score_references
+from eqxevo.experiment import build
+from eqxevo.study import load
 
 # Fixed data: two arms x two noise levels, 5 seeds each.
 RNG = np.random.default_rng(42)
@@ -318,7 +319,7 @@ def test_figures_are_labelled_for_a_paper(finished_study):  # noqa: F811
 
 
 def test_a_cell_below_the_no_memory_reference_is_flagged():
-    from eqxevo.study.references import reference_lines
+    from eqxevo._app.study.reference_scores import reference_lines
 
     cells = CELLS.copy()
     means = cells.groupby("cell")["heldout_mean"].mean()
@@ -351,7 +352,7 @@ def test_a_cell_below_the_no_memory_reference_is_flagged():
 
 
 def test_heldout_columns_take_the_best_genome_where_there_is_no_mean():
-    from eqxevo.study.report import heldout_columns
+    from eqxevo._app.study.report import heldout_columns
 
     best = {"mean": 3.0, "ci_low": 2.0, "ci_high": 4.0, "std": 1.0, "episodes": 32}
     mean = {"mean": 5.0, "ci_low": 4.5, "ci_high": 5.5, "std": 0.5, "episodes": 32}

@@ -11,10 +11,11 @@ import pytest
 from helpers import final_state
 from study_fixtures import TINY, finished_study, write_study  # noqa: F401
 
-from eqxevo import config, experiment
+from eqxevo import experiment
+from eqxevo._app import config
+from eqxevo._app.study.report import RUN_COLUMNS, cells_table
+from eqxevo._app.study.runner import run_dir
 from eqxevo.study import StudyError, load, run_study, status
-from eqxevo.study.report import RUN_COLUMNS, cells_table
-from eqxevo.study.runner import run_dir
 
 
 def test_every_run_gets_a_run_directory(finished_study):  # noqa: F811
@@ -44,8 +45,8 @@ def test_rerunning_a_finished_study_does_no_work(finished_study, monkeypatch):  
     def forbidden(*args, **kwargs):
         raise AssertionError("a finished study built or ran something")
 
-    monkeypatch.setattr("eqxevo.study.executor.plan", forbidden)
-    monkeypatch.setattr("eqxevo.study.runner.evolve", forbidden)
+    monkeypatch.setattr("eqxevo._app.study.executor.plan", forbidden)
+    monkeypatch.setattr("eqxevo._app.study.runner.evolve", forbidden)
     files = sorted(finished_study.out.rglob("*"))
     stamps = [p.stat().st_mtime_ns for p in files]
     result = run_study(load(finished_study.file), finished_study.out, quiet=True)
@@ -147,7 +148,7 @@ def test_an_interrupt_keeps_every_runs_last_chunk_and_resumes(tmp_path, monkeypa
 def test_a_complete_run_scores_its_final_genomes_on_held_out_lifetimes(
     finished_study,  # noqa: F811
 ):
-    from eqxevo.heldout import heldout_evaluate, heldout_key
+    from eqxevo._src.heldout import heldout_evaluate, heldout_key
 
     study = load(finished_study.file)
     run = study.runs[3]
@@ -220,9 +221,9 @@ def test_a_one_cell_study_and_eqxevo_run_record_the_same_numbers(tmp_path):
 _DEVICES_WORKER = """
 import json, sys
 from click.testing import CliRunner
-import eqxevo.experiment.run as alone
-import eqxevo.study.runner as study
-from eqxevo.cli import main
+import eqxevo._app.experiment.run as alone
+import eqxevo._app.study.runner as study
+from eqxevo._app.cli import main
 
 seen = []
 for module in (study, alone):

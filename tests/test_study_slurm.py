@@ -15,17 +15,16 @@ import pytest
 import submitit
 from study_fixtures import write_study
 
-from eqxevo.study import SubmititExecutor, load, run_study
-from eqxevo.study.executor import (
+from eqxevo._app.study.executor import (
     FINAL_STATES,
     live_jobs,
     sacct_states,
     squeue_states,
 )
-from eqxevo.study.group import plan
-from eqxevo.study.spec import StudyError
+from eqxevo._app.study.spec import StudyError
+from eqxevo.study import SubmititExecutor, load, plan, run_study
 
-CLI = [sys.executable, "-c", "from eqxevo.cli import main; main()"]
+CLI = [sys.executable, "-c", "from eqxevo._app.cli import main; main()"]
 
 
 class FakeSlurm:

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from study_fixtures import TINY, write_study
 
-from eqxevo.study import StudyError, plan
-from eqxevo.study.group import build_run
-from eqxevo.study.spec import from_dict, load
+from eqxevo._app.study.group import build_run
+from eqxevo._app.study.spec import from_dict
+from eqxevo.study import StudyError, load, plan
 
 BASE = {
     "env": {"name": "chemotaxis"},

@@ -1,4 +1,4 @@
-"""eqxevo.study.stats against plain NumPy references."""
+"""eqxevo._app.study.stats against plain NumPy references."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from eqxevo.study.stats import (
+from eqxevo._app.study.stats import (
     MIN_RUNS_FOR_CI,
     Comparison,
     iqm_interval,

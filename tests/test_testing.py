@@ -10,12 +10,7 @@ from hypothesis import given, settings
 from reference_envs import CounterEnv, CounterParams, CounterState
 
 from eqxevo import testing
-from eqxevo.agents import (
-    BraitenbergAgent,
-    ForagerAgent,
-    RandomAgent,
-    TasteLearnerAgent,
-)
+from eqxevo.agents import BraitenbergAgent, ForagerAgent, RandomAgent, TasteLearnerAgent
 from eqxevo.envs import AbstractEnv, Chemotaxis, Foraging, LongHorizon
 from eqxevo.nets import (
     AbstractPolicy,

@@ -1,4 +1,4 @@
-"""One writer per directory (eqxevo.lock), with real processes: racing CLIs,
+"""One writer per directory (eqxevo._app.lock), with real processes: racing CLIs,
 resume against a live run, dead and foreign holders, a study's run held by
 another process; cut-short JSON files and flipped genome bytes."""
 
@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from helpers import SMALL_EXPERIMENT
 from study_fixtures import TINY, write_study
 
-from eqxevo.cli import main
-from eqxevo.lock import LOCK_FILE, WRITER_FILE, LockedError, WriterLock
+from eqxevo._app.cli import main
+from eqxevo._app.lock import LOCK_FILE, WRITER_FILE, LockedError, WriterLock
 
 CLI = [sys.executable, "-m", "eqxevo"]
 SETS = [arg for item in SMALL_EXPERIMENT for arg in ("--set", item)]
@@ -39,7 +39,7 @@ def _wait_for(path, process, seconds=120.0):
 def _holding(folder):
     """A process that holds `folder`'s lock until killed."""
     code = (
-        "import sys, time; from eqxevo.lock import WriterLock; "
+        "import sys, time; from eqxevo._app.lock import WriterLock; "
         "lock = WriterLock(sys.argv[1], 'test').acquire(); print('held', flush=True); "
         "time.sleep(600)"
     )
@@ -125,8 +125,8 @@ ONE_CELL = TINY.replace("[0.05, 0.3]", "[0.05]").replace(
 def test_a_study_leaves_a_run_another_process_writes_and_survives_cut_json(
     tmp_path, capsys
 ):
+    from eqxevo._app.study.runner import run_dir
     from eqxevo.study import load, run_study
-    from eqxevo.study.runner import run_dir
 
     file = write_study(tmp_path, ONE_CELL)
     out = tmp_path / "out"

@@ -1,0 +1,1 @@
+"""eqxevo's application (commands, experiments, studies, the benchmark): private."""

@@ -1,0 +1,242 @@
+"""`eqxevo study plan | run | status | report`."""
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .._cli import CONTEXT, DEVICES, check_split, devices_mesh, fail
+from ..interrupts import StopRequest, exit_code
+from ..lock import LockedError
+
+
+def _load(file: str) -> Any:
+    from .spec import StudyError, load
+
+    try:
+        return load(file)
+    except StudyError as err:
+        fail(err)
+
+
+def _out(study: Any, out: str | None) -> Path:
+    return Path(out) if out is not None else Path("studies") / study.name
+
+
+@click.group(context_settings=CONTEXT)
+def study() -> None:
+    """Run seeds x axes x arms of one experiment as a study.
+
+    A study file is an experiment TOML plus a [study] table: its seeds, axes (a
+    full factorial over any config keys) and arms (named ablations, several keys
+    at once). docs/studies.md is the reference; examples/studies/ has examples.
+
+    \b
+    Examples:
+      eqxevo study plan examples/studies/l4_plasticity.toml
+      eqxevo study run examples/studies/l4_plasticity.toml --out studies/l4
+      eqxevo study status studies/l4 --json
+      eqxevo study report studies/l4
+    """
+
+
+def _file_and_out(out_help: str) -> Any:
+    """The FILE argument and --out option of `study plan` and `study run`."""
+
+    def decorate(command: Any) -> Any:
+        command = click.option(
+            "--out", type=click.Path(file_okay=False), help=out_help
+        )(command)
+        return click.argument("file", type=click.Path(exists=True, dir_okay=False))(
+            command
+        )
+
+    return decorate
+
+
+@study.command(context_settings=CONTEXT)
+@_file_and_out("Output folder, to report runs done (default: studies/<name>).")
+@click.option(
+    "--measure",
+    is_flag=True,
+    help="Compile each program and time two generations of one run, for a time "
+    "estimate (costs one compilation per program).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def plan(file: str, out: str | None, measure: bool, as_json: bool) -> None:
+    """Show a study's cells, runs and compiled programs.
+
+    FILE's cells, runs, how they group into compiled programs, and an
+    estimate of memory and time. Builds every run (so every error shows), runs
+    nothing unless --measure.
+
+    \b
+    Example:
+      eqxevo study plan examples/studies/l4_plasticity.toml --measure
+    """
+    from .estimate import describe_plan
+    from .spec import StudyError
+
+    spec = _load(file)
+    try:
+        text, data = describe_plan(spec, _out(spec, out), measure=measure)
+    except StudyError as err:
+        fail(err)
+    click.echo(json.dumps(data, indent=2) if as_json else text)
+
+
+@study.command(context_settings=CONTEXT)
+@_file_and_out("Output folder (default: studies/<name>).")
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "slurm", "submitit-local"]),
+    default="local",
+    show_default=True,
+    help="local: every program in this process. slurm: one SLURM job per "
+    "program, as a job array through submitit ([study.slurm] sets resources). "
+    "submitit-local: the same jobs as subprocesses on this machine.",
+)
+@click.option("--quiet", is_flag=True, help="No progress output.")
+@DEVICES
+@click.option(
+    "--force-resubmit",
+    is_flag=True,
+    help="slurm: submit again the runs of earlier jobs whose state neither sacct "
+    "nor squeue gives (by default the command stops: they may still be running).",
+)
+def run(
+    file: str,
+    out: str | None,
+    executor: str,
+    quiet: bool,
+    devices: int,
+    force_resubmit: bool,
+) -> None:
+    """Run every unfinished run of a study file.
+
+    Each run gets a run directory under OUT/runs/, as `eqxevo run` keeps one.
+
+    Running the same command again continues a study that was stopped (Ctrl-C,
+    SIGTERM, a kill, a pre-empted job) with the same results, and does nothing
+    for a finished one.
+
+    \b
+    Examples:
+      eqxevo study run examples/studies/l4_plasticity.toml
+      eqxevo study run study.toml --out /scratch/me/study --executor slurm
+      eqxevo study run study.toml --devices 4
+    """
+    from ..checkpoint import CheckpointError
+    from .executor import LocalExecutor, SubmititExecutor, run_study
+    from .spec import StudyError
+
+    spec = _load(file)
+    path = _out(spec, out)
+    # Before JAX starts: until a chunk is saved a signal exits at once; after,
+    # the first one stops after the running chunk (eqxevo._app.interrupts).
+    stop = StopRequest(
+        lambda: (
+            f"every run keeps its last saved chunk; continue with "
+            f"`eqxevo study run {file} --out {path}`"
+        )
+    )
+    # On a CPU, before JAX starts (each run is built next): cores as devices.
+    mesh = devices_mesh(devices) if executor == "local" else None
+    check_split(
+        devices,
+        sorted(
+            {
+                (f"cell {r.cell.name!r}: ", r.experiment.strategy.population_size)
+                for r in spec.runs
+            }
+        ),
+    )
+    chosen: Any = LocalExecutor(stop, mesh)
+    if executor != "local":  # each job builds its mesh from its own devices
+        cluster = "slurm" if executor == "slurm" else "local"
+        chosen = SubmititExecutor(
+            cluster, spec.slurm, force_resubmit=force_resubmit, devices=devices
+        )
+    try:
+        with stop:
+            result = run_study(spec, path, chosen, quiet=quiet, compilation_cache=True)
+    except KeyboardInterrupt:
+        click.echo(
+            f"\ninterrupted; every run keeps its last chunk. Continue with the same "
+            f"command (eqxevo study run {file} --out {path}).",
+            err=True,
+        )
+        sys.exit(exit_code(stop.signum) if stop.signum is not None else 130)
+    except (StudyError, CheckpointError, LockedError) as err:
+        fail(err)
+    click.echo(
+        f"{result['done']}/{result['runs']} runs complete in {path}; "
+        f"report: eqxevo study report {path}"
+    )
+
+
+@study.command(context_settings=CONTEXT)
+@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def status(out: str, as_json: bool) -> None:
+    """Show where a study stands: runs done, programs.
+
+    The cells, the runs and how many are done, the compiled programs, and the
+    generations run of all.
+
+    \b
+    Example:
+      eqxevo study status studies/l4-plasticity --json
+    """
+    from .spec import StudyError
+    from .status import status as study_status
+
+    try:
+        result = study_status(out)
+    except StudyError as err:
+        fail(err)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    generations = result["generations"]
+    click.echo(
+        f"study {result['study']}: {result['cells']} cells, {result['runs']} runs, "
+        f"{result['done']} done, {result['programs']} programs; generations "
+        f"{generations['done']}/{generations['total']}"
+    )
+    if result["running"]:
+        click.echo(f"being run by {result['running']}")
+    for cell in result["per_cell"]:
+        click.echo(f"  {cell['cell']}: {cell['done']}/{cell['runs']}")
+
+
+@study.command(context_settings=CONTEXT)
+@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--to",
+    type=click.Path(file_okay=False),
+    help="Folder for the report (default: OUT/report).",
+)
+def report(out: str, to: str | None) -> None:
+    """Write the study's report: tables, comparisons, figures.
+
+    In OUT/report (or --to): cells.csv, summary.csv, comparisons.csv, the
+    figures and report.md, comparing cells on held-out fitness.
+
+    \b
+    Example:
+      eqxevo study report studies/l4-plasticity
+    """
+    from .report import write_report
+    from .spec import StudyError
+
+    try:
+        path = write_report(out, to)
+    except StudyError as err:
+        fail(err)
+    click.echo(str(path))
+
+
+__all__ = ["study"]

@@ -1,0 +1,1 @@
+"""eqxevo's library: private; the faces re-export it."""

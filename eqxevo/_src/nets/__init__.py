@@ -1,0 +1,1 @@
+"""Networks behind one policy protocol (`AbstractPolicy`)."""
