@@ -8,6 +8,7 @@ Imports the standard library only: the entry point imports it before anything.
 import atexit
 import contextlib
 import os
+import queue
 import signal
 import sys
 import threading
@@ -115,7 +116,10 @@ class StopRequest:
         self._taken: tuple[int, float] | None = None  # the signal, when taken
         self._previous: dict[int, Any] = {}
         self._wakeup: tuple[int, int] | None = None
-        self._watcher: threading.Thread | None = None
+        self._watchers: tuple[threading.Thread, ...] = ()
+        self._arrivals: queue.SimpleQueue[tuple[int, float] | None] = (
+            queue.SimpleQueue()
+        )
         self._old_wakeup = -1
         self._installed = False
 
@@ -156,16 +160,17 @@ class StopRequest:
         del signum
         return self.describe()
 
-    def _same_signal(self, signum: int) -> bool:
-        """Whether `signum` repeats the signal just taken (`SAME_SIGNAL_S`)."""
+    def _same_signal(self, signum: int, arrived: float) -> bool:
+        """Whether `signum`, arrived at `arrived`, repeats the signal just taken
+        (`SAME_SIGNAL_S` after that one arrived)."""
         return (
             self._taken is not None
             and self._taken[0] == signum
-            and time.monotonic() - self._taken[1] < SAME_SIGNAL_S
+            and arrived - self._taken[1] < SAME_SIGNAL_S
         )
 
-    def _on_signal(self, signum: int) -> None:
-        if self._same_signal(signum):
+    def _on_signal(self, signum: int, arrived: float) -> None:
+        if self._same_signal(signum, arrived):
             return
         self._count += 1
         if self._count > 1:
@@ -181,24 +186,35 @@ class StopRequest:
             f"{_name(signum)}: stopping after the chunk of generations running now, "
             "then saving a checkpoint (press Ctrl-C again to quit at once)."
         )
-        # Timed from now: one that arrived while the lock was held is read only
-        # after it, and a wrapper's copy of this one follows it closely.
-        self._taken = (signum, time.monotonic())
+        # Timed from its arrival (`_read`), not from now: a second press that
+        # arrived while the lock was held is a second press, and a wrapper's copy
+        # of this one arrived within milliseconds of it.
+        self._taken = (signum, arrived)
 
     # -- installation ---------------------------------------------------------------
 
-    def _watch(self, fd: int) -> None:
+    def _read(self, fd: int) -> None:
+        """Reads each signal as it arrives and queues it with its arrival time,
+        for `_handle`: never waits on the run, so no arrival is timed late."""
         while True:
             try:
                 data = os.read(fd, 64)
             except OSError:
-                return
+                break
             if not data:
-                return
+                break
+            arrived = time.monotonic()
             # CPython's C handler writes one byte per signal: its number.
             for byte in data:
                 if byte in SIGNALS:
-                    self._on_signal(byte)
+                    self._arrivals.put((byte, arrived))
+        self._arrivals.put(None)
+
+    def _handle(self) -> None:
+        """Acts on each signal `_read` queued, in order (it may wait for the run's
+        lock: `_on_signal`)."""
+        while (item := self._arrivals.get()) is not None:
+            self._on_signal(*item)
 
     def __enter__(self) -> "StopRequest":
         if threading.current_thread() is not threading.main_thread():
@@ -207,15 +223,19 @@ class StopRequest:
         os.set_blocking(write_fd, False)  # set_wakeup_fd requires it
         self._wakeup = (read_fd, write_fd)
         for signum in SIGNALS:
-            # The Python-level handler does nothing: the watcher thread acts, so
+            # The Python-level handler does nothing: the watcher threads act, so
             # nothing is ever raised into the main thread (or into XLA).
             self._previous[signum] = signal.signal(signum, lambda s, f: None)
         self._old_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
         self._installed = True
-        self._watcher = threading.Thread(
-            target=self._watch, args=(read_fd,), name="eqxevo-signals", daemon=True
+        self._watchers = (
+            threading.Thread(
+                target=self._read, args=(read_fd,), name="eqxevo-signals", daemon=True
+            ),
+            threading.Thread(target=self._handle, name="eqxevo-stop", daemon=True),
         )
-        self._watcher.start()
+        for watcher in self._watchers:
+            watcher.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -228,15 +248,13 @@ class StopRequest:
             signal.signal(signum, previous)
         assert self._wakeup is not None
         read_fd, write_fd = self._wakeup
-        os.close(write_fd)  # the watcher's read returns b"" and it ends
+        os.close(write_fd)  # the reader gets b"" and ends, then the handler
         # Joined before the process can exit: a daemon thread still waking from
         # its read while Python finalizes is ended by a forced unwind that aborts
         # the process ("terminate called ... FATAL: exception not rethrown").
-        if (
-            self._watcher is not None
-            and self._watcher is not threading.current_thread()
-        ):
-            self._watcher.join(timeout=5)
+        for watcher in self._watchers:
+            if watcher is not threading.current_thread():
+                watcher.join(timeout=5)
         with contextlib.suppress(OSError):
             os.close(read_fd)
 
