@@ -83,6 +83,32 @@ def _refused(tmp_path, text):
     return result.output.removeprefix("Error: ").strip().splitlines()
 
 
+UNDECIDABLE = (
+    GOOD.replace("seeds = 1", "seeds = 3")
+    + '[[study.arms]]\nname = "a"\n"run.lifetime" = 7\n\n'
+    + '[[study.compare]]\na = "a"\nb = "base"\ntest = "mwu"\n'
+)
+
+
+def test_a_comparison_that_cannot_reach_significance_is_refused_naming_it(tmp_path):
+    # 3 against 3: a one-sided Mann-Whitney U's smallest p is 1 / C(6, 3) = 0.05
+    assert _refused(tmp_path, UNDECIDABLE) == [
+        "study.compare[0] (a vs base): Mann-Whitney U with 3 seeds a side cannot "
+        "reach p < 0.05 (its smallest p is 0.05); add seeds or declare another test",
+        "(--allow-undecidable runs the study anyway)",
+    ]
+    file = tmp_path / "study.toml"
+    allowed = CliRunner().invoke(
+        main, ["study", "plan", str(file), "--allow-undecidable"]
+    )
+    assert allowed.exit_code == 0, allowed.output
+    assert "warning: study.compare[0] (a vs base): Mann-Whitney U" in allowed.output
+    welch = file.with_name("welch.toml")
+    welch.write_text(UNDECIDABLE.replace('test = "mwu"', 'test = "welch"'))
+    plain = CliRunner().invoke(main, ["study", "plan", str(welch)])
+    assert plain.exit_code == 0 and "warning" not in plain.output, plain.output
+
+
 def test_an_unknown_env_name_is_refused_before_out_or_its_cache_exist(tmp_path):
     # found at build time once, after OUT/.jax_cache was made
     (line,) = _refused(tmp_path, GOOD.replace('"chemotaxis"', '"chemotaxs"'))

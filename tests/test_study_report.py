@@ -9,14 +9,13 @@ from eqxevo._app.study.report import (
     METRICS,
     cells_table,
     comparisons_table,
-    curve_band,
     curves,
     preregistered_table,
     summary_table,
     write_report,
 )
 from eqxevo._app.study.spec import from_dict
-from eqxevo._app.study.stats import CONFIDENCE, SEED
+from eqxevo._app.study.stats import CONFIDENCE, SEED, curve_band
 from eqxevo._src.heldout import heldout_keys
 from eqxevo._src.references import references, score_references
 from eqxevo.experiment import build
@@ -142,7 +141,16 @@ def test_preregistered_comparisons_run_at_every_axis_value_holm_corrected():
     study = from_dict(
         {
             "study": STUDY.data["study"]
-            | {"compare": [{"a": "ablated", "b": "base", "alternative": "less"}]}
+            | {
+                "compare": [
+                    {
+                        "a": "ablated",
+                        "b": "base",
+                        "test": "welch",
+                        "alternative": "less",
+                    }
+                ]
+            }
         }
     )
     table = preregistered_table(CELLS, study).set_index("context")
@@ -156,10 +164,11 @@ def test_preregistered_comparisons_run_at_every_axis_value_holm_corrected():
         b = CELLS.loc[CELLS["cell"] == row["b"], "heldout_mean"].to_numpy()
         assert row["a"].startswith("ablated,") and row["a"].endswith(str(context))
         welch = stats.ttest_ind(a, b, equal_var=False, alternative="less")
-        assert row["welch_p"] == pytest.approx(welch.pvalue, rel=1e-12)
-    p = table["welch_p"].to_numpy()
+        assert row["p"] == pytest.approx(welch.pvalue, rel=1e-12)
+        assert row["statistic"] == pytest.approx(welch.statistic, rel=1e-12)
+    p = table["p"].to_numpy()
     holm = np.minimum(1.0, np.maximum.accumulate(np.sort(p) * [2, 1]))
-    np.testing.assert_allclose(np.sort(table["welch_p_holm"]), holm)
+    np.testing.assert_allclose(np.sort(table["p_holm"]), holm)
 
 
 def test_curve_band_is_the_mean_and_a_bootstrap_ci_per_generation():

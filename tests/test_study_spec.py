@@ -165,6 +165,54 @@ def _study(**table):
             _study(compare=[{"a": "base", "b": "x", "by": "t"}]),
             r"unknown key study.compare\[0\].by",
         ),
+        (
+            _study(
+                arms=[{"name": "x", "run.lifetime": 5}],
+                compare=[{"a": "x", "b": "base"}],
+            ),
+            r"study.compare\[0\].test is missing: declare the comparison's one test, "
+            r"'welch' \| 'mwu' \| 'bootstrap'",
+        ),
+        (
+            _study(
+                arms=[{"name": "x", "run.lifetime": 5}],
+                compare=[{"a": "x", "b": "base", "test": "t-test"}],
+            ),
+            r"study.compare\[0\].test = 't-test'; it must be one of 'welch', 'mwu', "
+            r"'bootstrap'",
+        ),
+        (
+            _study(
+                arms=[{"name": "x", "run.lifetime": 5}],
+                compare=[{"a": "x", "b": "base", "test": "welch", "margin": 1.0}],
+            ),
+            r"study.compare\[0\].margin is for an equivalence test \(TOST\): set "
+            r'alternative = "equivalent", or drop the margin',
+        ),
+        (
+            _study(
+                arms=[{"name": "x", "run.lifetime": 5}],
+                compare=[
+                    {"a": "x", "b": "base", "test": "mwu", "alternative": "equivalent"}
+                ],
+            ),
+            r'study.compare\[0\]: alternative = "equivalent" needs a margin',
+        ),
+        (
+            _study(
+                arms=[{"name": "x", "run.lifetime": 5}],
+                compare=[
+                    {
+                        "a": "x",
+                        "b": "base",
+                        "test": "welch",
+                        "alternative": "equivalent",
+                        "margin": -2,
+                    }
+                ],
+            ),
+            r"study.compare\[0\].margin = -2; it must be a positive number",
+        ),
         # values the experiment's own validation rejects: the key and the cell
         (
             _study(axes={"run.generations": [5, 0]}),

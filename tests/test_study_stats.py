@@ -5,13 +5,22 @@ import math
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.weightstats import ttost_ind
 
+from eqxevo._app.study.checks import Comparison
 from eqxevo._app.study.stats import (
+    ALPHA,
     MIN_RUNS_FOR_CI,
-    Comparison,
+    RESAMPLES,
+    SEED,
     iqm_interval,
     preregistered_tests,
     probability_of_improvement,
+    smallest_p,
+    undecidable,
+    verdict,
 )
 
 scores = st.lists(
@@ -71,32 +80,110 @@ def test_intervals_need_enough_runs_and_hold_the_estimate():
     np.testing.assert_array_equal(after, state)
 
 
-def test_preregistered_tests_are_one_sided_and_holm_corrected():
-    rng = np.random.default_rng(1)
-    runs = {
-        "ff": rng.normal(80.0, 1.0, 10),
-        "plastic-ff": rng.normal(86.0, 1.0, 10),
-        "gru": rng.normal(86.0, 1.0, 10),
-        "plastic-rnn": rng.normal(86.2, 1.0, 10),
-    }
+def numpy_bootstrap_p(a: np.ndarray, b: np.ndarray, alternative: str) -> float:
+    # the percentile-bootstrap test of mean A - mean B, as docs/studies.md states it
+    rng = np.random.default_rng(SEED)
+    ia = rng.choice(a, (RESAMPLES, a.size)).mean(axis=1)
+    ib = rng.choice(b, (RESAMPLES, b.size)).mean(axis=1)
+    d = ia - ib
+    above = (1 + np.sum(d <= 0)) / (RESAMPLES + 1)
+    below = (1 + np.sum(d >= 0)) / (RESAMPLES + 1)
+    return {"greater": above, "less": below}.get(
+        alternative, min(1.0, 2 * min(above, below))
+    )
+
+
+RUNS = {
+    "ff": np.random.default_rng(1).normal(80.0, 1.0, 10),
+    "plastic-ff": np.random.default_rng(2).normal(86.0, 1.0, 10),
+    "gru": np.random.default_rng(3).normal(86.0, 1.0, 10),
+    "plastic-rnn": np.random.default_rng(4).normal(86.2, 1.0, 10),
+}
+
+
+@pytest.mark.parametrize("test", ["welch", "mwu", "bootstrap"])
+def test_each_declared_test_equals_its_library_and_holm_corrects_the_set(test):
     comparisons = [
-        Comparison("plastic-ff", "ff", "greater"),
-        Comparison("plastic-rnn", "gru", "two-sided"),
-        Comparison("ff", "plastic-ff", "greater"),
+        Comparison("plastic-ff", "ff", test, "greater"),
+        Comparison("plastic-rnn", "gru", test, "two-sided"),
+        Comparison("ff", "plastic-ff", test, "greater"),
+        Comparison("ff", "gru", test, "less"),
     ]
-    rows = preregistered_tests(comparisons, runs, resamples=200)
+    rows = preregistered_tests(comparisons, RUNS, resamples=200)
     for row, c in zip(rows, comparisons, strict=True):
-        a, b = runs[c.a], runs[c.b]
-        # Welch's t from its formula
-        se = math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size)
-        assert row["welch_t"] == pytest.approx((a.mean() - b.mean()) / se)
+        a, b = RUNS[c.a], RUNS[c.b]
+        if test == "welch":
+            want = stats.ttest_ind(a, b, equal_var=False, alternative=c.alternative)
+            se = math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size)
+            assert row["statistic"] == pytest.approx((a.mean() - b.mean()) / se)
+            assert row["p"] == pytest.approx(want.pvalue, rel=1e-12)
+        elif test == "mwu":
+            want = stats.mannwhitneyu(a, b, alternative=c.alternative)
+            assert row["statistic"] == want.statistic
+            assert row["p"] == pytest.approx(want.pvalue, rel=1e-12)
+        else:
+            assert row["statistic"] == pytest.approx(a.mean() - b.mean())
+            assert row["p"] == pytest.approx(numpy_bootstrap_p(a, b, c.alternative))
         assert row["prob_improvement"] == pytest.approx(numpy_poi(a, b))
-    assert rows[0]["welch_p"] < 1e-6 and rows[0]["mannwhitney_p"] < 1e-3
-    assert rows[2]["welch_p"] > 0.999  # the declared direction is the wrong one
-    for test in ("welch", "mannwhitney"):
-        p = np.array([r[f"{test}_p"] for r in rows])
-        holm = np.array([r[f"{test}_p_holm"] for r in rows])
-        np.testing.assert_allclose(holm, numpy_holm(p), rtol=1e-12)
+    p = np.array([r["p"] for r in rows])
+    holm = np.array([r["p_holm"] for r in rows])
+    np.testing.assert_allclose(holm, numpy_holm(p), rtol=1e-12)
+    np.testing.assert_allclose(holm, multipletests(p, method="holm")[1], rtol=1e-12)
+    # the verdicts: what each declared test supports at ALPHA after Holm
+    assert rows[0]["verdict"] == "better"
+    assert rows[2]["verdict"] == "undecided"  # the declared direction is wrong
+    assert rows[3]["verdict"] == "worse"
+
+
+@pytest.mark.parametrize("test", ["welch", "mwu", "bootstrap"])
+def test_an_equivalence_claim_is_two_one_sided_tests_within_the_margin(test):
+    a, b = RUNS["gru"], RUNS["plastic-rnn"]
+    margin = 2.5
+    near = Comparison("gru", "plastic-rnn", test, "equivalent", margin)
+    tight = Comparison("gru", "plastic-rnn", test, "equivalent", 0.05)
+    far = Comparison("ff", "gru", test, "equivalent", margin)
+    rows = preregistered_tests([near, tight, far], RUNS, resamples=200)
+    if test == "welch":
+        want = ttost_ind(a, b, -margin, margin, usevar="unequal")[0]
+    elif test == "mwu":
+        want = max(
+            stats.mannwhitneyu(a + margin, b, alternative="greater").pvalue,
+            stats.mannwhitneyu(a - margin, b, alternative="less").pvalue,
+        )
+    else:
+        want = max(
+            numpy_bootstrap_p(a + margin, b, "greater"),
+            numpy_bootstrap_p(a - margin, b, "less"),
+        )
+    assert rows[0]["p"] == pytest.approx(want, rel=1e-10)
+    assert [r["verdict"] for r in rows] == ["equivalent", "undecided", "undecided"]
+
+
+@pytest.mark.parametrize("n_a, n_b", [(2, 2), (3, 3), (4, 5), (5, 5)])
+def test_the_smallest_p_is_what_the_test_gives_on_fully_separated_runs(n_a, n_b):
+    # every run of A above every run of B: the most extreme data there is
+    a, b = np.arange(n_a) + 100.0, np.arange(n_b) * 1.0
+    for alternative in ("greater", "two-sided"):
+        want = stats.mannwhitneyu(a, b, alternative=alternative).pvalue
+        assert smallest_p("mwu", alternative, n_a, n_b) == pytest.approx(want)
+    assert smallest_p("mwu", "equivalent", n_a, n_b) == smallest_p(
+        "mwu", "greater", n_a, n_b
+    )
+    assert smallest_p("bootstrap", "greater", n_a, n_b) == 1 / (RESAMPLES + 1)
+    assert smallest_p("welch", "less", n_a, n_b) == 0.0
+    assert smallest_p("welch", "greater", 1, n_b) == 1.0  # no test at all
+    lines = undecidable([Comparison("x", "y", "mwu", "greater")], n_a)
+    assert bool(lines) == (1 / math.comb(2 * n_a, n_a) >= ALPHA)
+
+
+def test_verdicts_say_only_what_the_test_supports():
+    assert verdict("greater", 0.01, -3.0) == "better"  # the test's direction rules
+    assert verdict("less", 0.01, 3.0) == "worse"
+    assert verdict("two-sided", 0.01, 3.0) == "better"
+    assert verdict("two-sided", 0.01, -3.0) == "worse"
+    assert verdict("equivalent", 0.01, 0.2) == "equivalent"
+    assert verdict("greater", ALPHA, 9.0) == "undecided"  # p < ALPHA, strictly
+    assert verdict("two-sided", math.nan, 9.0) == "undecided"
 
 
 def test_a_side_with_one_run_has_no_test_and_stays_out_of_the_correction():
@@ -106,8 +193,11 @@ def test_a_side_with_one_run_has_no_test_and_stays_out_of_the_correction():
         "c": np.array([1.0, 1.2, 0.9]),
     }
     rows = preregistered_tests(
-        [Comparison("a", "b"), Comparison("c", "b")], runs, resamples=50
+        [Comparison("a", "b", "welch"), Comparison("c", "b", "welch")],
+        runs,
+        resamples=50,
     )
-    assert math.isnan(rows[0]["welch_p"]) and math.isnan(rows[0]["welch_p_holm"])
+    assert math.isnan(rows[0]["p"]) and math.isnan(rows[0]["p_holm"])
+    assert rows[0]["verdict"] == "undecided"
     # alone in the correction, the other p-value is its own Holm value
-    assert rows[1]["welch_p_holm"] == pytest.approx(rows[1]["welch_p"])
+    assert rows[1]["p_holm"] == pytest.approx(rows[1]["p"])

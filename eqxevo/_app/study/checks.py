@@ -303,26 +303,90 @@ def raise_all(errors: list[str]) -> None:
         )
 
 
-Alternative = Literal["greater", "less", "two-sided"]
-ALTERNATIVES: tuple[Alternative, ...] = ("greater", "less", "two-sided")
+Alternative = Literal["greater", "less", "two-sided", "equivalent"]
+ALTERNATIVES: tuple[Alternative, ...] = ("greater", "less", "two-sided", "equivalent")
+Test = Literal["welch", "mwu", "bootstrap"]
+TESTS: tuple[Test, ...] = ("welch", "mwu", "bootstrap")
+COMPARE_KEYS = ("a", "b", "test", "alternative", "margin")
 
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """A pre-registered comparison of two arms, declared before the study runs
-    (`[[study.compare]]`; tested in `eqxevo._app.study.stats.preregistered_tests`):
+    """A comparison of two arms and its one test, declared before the study runs
+    (`[[study.compare]]`; run by `eqxevo._app.study.stats.preregistered_tests`):
 
         [[study.compare]]
         a = "plastic-ff"
         b = "ff"
-        alternative = "greater"   # A > B (the default); "less" or "two-sided"
+        test = "welch"            # or "mwu" (Mann-Whitney U), "bootstrap"
+        alternative = "greater"   # A > B (the default); "less", "two-sided",
+                                  # or "equivalent" (TOST within +-margin)
+        margin = 2.0              # only with alternative = "equivalent"
 
     With axes, the two arms are compared at every combination of axis values.
     """
 
     a: str
     b: str
+    test: Test
     alternative: Alternative = "greater"
+    margin: float | None = None
+
+
+def _compare_faults(where: str, entry: Mapping[str, Any], arms: Any) -> list[str]:
+    """What is wrong with one `[[study.compare]]` entry, one line each."""
+    faults = [
+        f"unknown key {where}.{key}; allowed: {', '.join(COMPARE_KEYS)}"
+        for key in sorted(set(entry) - set(COMPARE_KEYS))
+    ]
+    for side in ("a", "b"):
+        name = entry.get(side)
+        if name not in arms:
+            faults.append(
+                f"{where}.{side} = {name!r} is not an arm"
+                + (
+                    did_you_mean(name, arms, quote=True)
+                    if isinstance(name, str)
+                    else ""
+                )
+                + f"; the arms: {', '.join(map(repr, arms))}"
+            )
+    if not faults and entry["a"] == entry["b"]:
+        faults.append(f"{where} compares arm {entry['a']!r} with itself")
+    test = entry.get("test")
+    if test is None:
+        faults.append(
+            f"{where}.test is missing: declare the comparison's one test, "
+            + " | ".join(map(repr, TESTS))
+        )
+    elif test not in TESTS:
+        faults.append(
+            f"{where}.test = {test!r}; it must be one of " + ", ".join(map(repr, TESTS))
+        )
+    alternative = entry.get("alternative", "greater")
+    if alternative not in ALTERNATIVES:
+        faults.append(
+            f"{where}.alternative = {alternative!r}; it must be one of "
+            + ", ".join(map(repr, ALTERNATIVES))
+        )
+    margin = entry.get("margin")
+    if alternative == "equivalent" and margin is None:
+        faults.append(
+            f'{where}: alternative = "equivalent" needs a margin (margin = m: '
+            "A and B equivalent when |mean A - mean B| < m)"
+        )
+    if margin is not None and alternative != "equivalent":
+        faults.append(
+            f"{where}.margin is for an equivalence test (TOST): set alternative = "
+            '"equivalent", or drop the margin'
+        )
+    if margin is not None and not (
+        isinstance(margin, int | float)
+        and not isinstance(margin, bool)
+        and 0 < margin < math.inf
+    ):
+        faults.append(f"{where}.margin = {margin!r}; it must be a positive number")
+    return faults
 
 
 def parse_compare(
@@ -333,40 +397,25 @@ def parse_compare(
         return ()
     if not isinstance(value, list) or not all(isinstance(c, Mapping) for c in value):
         errors.append(
-            "study.compare must be an array of tables ([[study.compare]] with a, b "
-            f"and alternative); got {value!r}"
+            "study.compare must be an array of tables ([[study.compare]] with a, b, "
+            f"test and alternative); got {value!r}"
         )
         return ()
     out = []
     for i, entry in enumerate(value):
-        where = f"study.compare[{i}]"
-        faults = [
-            f"unknown key {where}.{key}; allowed: a, b, alternative"
-            for key in sorted(set(entry) - {"a", "b", "alternative"})
-        ]
-        for side in ("a", "b"):
-            name = entry.get(side)
-            if name not in arms:
-                faults.append(
-                    f"{where}.{side} = {name!r} is not an arm"
-                    + (
-                        did_you_mean(name, arms, quote=True)
-                        if isinstance(name, str)
-                        else ""
-                    )
-                    + f"; the arms: {', '.join(map(repr, arms))}"
-                )
-        if not faults and entry["a"] == entry["b"]:
-            faults.append(f"{where} compares arm {entry['a']!r} with itself")
-        alternative = entry.get("alternative", "greater")
-        if alternative not in ALTERNATIVES:
-            faults.append(
-                f"{where}.alternative = {alternative!r}; it must be one of "
-                + ", ".join(map(repr, ALTERNATIVES))
-            )
+        faults = _compare_faults(f"study.compare[{i}]", entry, arms)
         errors += faults
         if not faults:
-            out.append(Comparison(entry["a"], entry["b"], alternative))
+            margin = entry.get("margin")
+            out.append(
+                Comparison(
+                    entry["a"],
+                    entry["b"],
+                    entry["test"],
+                    entry.get("alternative", "greater"),
+                    None if margin is None else float(margin),
+                )
+            )
     return tuple(out)
 
 
@@ -386,14 +435,17 @@ def parse_slurm(table: Any, errors: list[str]) -> dict[str, Any]:
 
 __all__ = [
     "ALTERNATIVES",
+    "COMPARE_KEYS",
     "FORBIDDEN",
     "MAX_RUNS",
     "SECTIONS",
     "SLURM_KEYS",
     "STUDY_KEYS",
+    "TESTS",
     "Alternative",
     "Comparison",
     "StudyError",
+    "Test",
     "check_key",
     "check_name",
     "flatten_keys",

@@ -21,6 +21,31 @@ def _load(file: str) -> Any:
         fail(err)
 
 
+UNDECIDABLE = click.option(
+    "--allow-undecidable",
+    is_flag=True,
+    help="Go on although a declared comparison cannot reach p < 0.05 with the "
+    "study's seeds (by default the command stops, naming it).",
+)
+
+
+def _decidable(spec: Any, allow: bool) -> None:
+    """Stop, one line per comparison, when a declared comparison cannot reach
+    significance with the study's seeds (unless --allow-undecidable)."""
+    from .spec import StudyError
+    from .stats import undecidable
+
+    lines = undecidable(spec.compare, len(spec.seeds))
+    if lines and not allow:
+        fail(
+            StudyError(
+                "\n".join([*lines, "(--allow-undecidable runs the study anyway)"])
+            )
+        )
+    for line in lines:
+        click.echo(f"warning: {line}", err=True)
+
+
 def _out(study: Any, out: str | None) -> Path:
     return Path(out) if out is not None else Path("studies") / study.name
 
@@ -65,7 +90,10 @@ def _file_and_out(out_help: str) -> Any:
     "estimate (costs one compilation per program).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def plan(file: str, out: str | None, measure: bool, as_json: bool) -> None:
+@UNDECIDABLE
+def plan(
+    file: str, out: str | None, measure: bool, as_json: bool, allow_undecidable: bool
+) -> None:
     """Show a study's cells, runs and compiled programs.
 
     FILE's cells, runs, how they group into compiled programs, and an
@@ -80,6 +108,7 @@ def plan(file: str, out: str | None, measure: bool, as_json: bool) -> None:
     from .spec import StudyError
 
     spec = _load(file)
+    _decidable(spec, allow_undecidable)
     try:
         text, data = describe_plan(spec, _out(spec, out), measure=measure)
     except StudyError as err:
@@ -106,6 +135,7 @@ def plan(file: str, out: str | None, measure: bool, as_json: bool) -> None:
     help="slurm: submit again the runs of earlier jobs whose state neither sacct "
     "nor squeue gives (by default the command stops: they may still be running).",
 )
+@UNDECIDABLE
 def run(
     file: str,
     out: str | None,
@@ -113,6 +143,7 @@ def run(
     quiet: bool,
     devices: int,
     force_resubmit: bool,
+    allow_undecidable: bool,
 ) -> None:
     """Run every unfinished run of a study file.
 
@@ -133,6 +164,7 @@ def run(
     from .spec import StudyError
 
     spec = _load(file)
+    _decidable(spec, allow_undecidable)
     path = _out(spec, out)
     # Before JAX starts: until a chunk is saved a signal exits at once; after,
     # the first one stops after the running chunk (eqxevo._app.interrupts).

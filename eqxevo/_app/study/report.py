@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from jaxtyping import Float
 
 from ..experiment.build import build
 from ..experiment.certify import certificate_bands, task_record
@@ -26,8 +25,9 @@ from .reference_scores import (
 from .runner import load_plan, load_study, read_summary, run_dir
 from .spec import Study, format_value, require
 from .stats import (
-    CURVE_RESAMPLES,
+    ALPHA,
     MIN_RUNS_FOR_CI,
+    curve_band,
     iqm_interval,
     mean_interval,
     preregistered_tests,
@@ -292,27 +292,6 @@ def curves(out: str | Path, study: Study, field: str = "mean") -> dict[str, np.n
     return out_curves
 
 
-def curve_band(
-    values: Float[np.ndarray, "seeds generations"],
-) -> tuple[
-    Float[np.ndarray, " generations"],
-    Float[np.ndarray, " generations"],
-    Float[np.ndarray, " generations"],
-]:
-    """Mean over seeds per generation and its 95% bootstrap CI (NaN bands with
-    fewer than `MIN_RUNS_FOR_CI` seeds, or where a seed has not reached the
-    generation)."""
-    mean = np.nanmean(values, axis=0) if values.size else values
-    low = np.full(values.shape[1], np.nan)
-    high = np.full(values.shape[1], np.nan)
-    complete = ~np.isnan(values).any(axis=0)
-    if values.shape[0] >= MIN_RUNS_FOR_CI and complete.any():
-        low[complete], high[complete] = scipy_interval(
-            (values[:, complete],), np.mean, axis=0, n_resamples=CURVE_RESAMPLES
-        )
-    return mean, low, high
-
-
 # -- report.md ----------------------------------------------------------------------
 
 
@@ -366,6 +345,16 @@ def study_bands(study: Study) -> list[Any]:
     return certificate_bands(build(study.runs[0].experiment).experiment)
 
 
+_TESTS = {"welch": ("Welch's t", "t"), "mwu": ("Mann–Whitney U", "U")}
+_TESTS["bootstrap"] = ("bootstrap of the difference of means", "d")
+
+
+def _hypothesis(row: Any) -> str:
+    if row["alternative"] == "equivalent":
+        return f"|A − B| < {_fmt(row['margin'])}"
+    return {"greater": "A > B", "less": "A < B"}.get(row["alternative"], "A ≠ B")
+
+
 def _preregistered_lines(table: Any, note: str) -> list[str]:
     if table.empty:
         return []
@@ -373,13 +362,14 @@ def _preregistered_lines(table: Any, note: str) -> list[str]:
         [
             f"{row['a']} vs {row['b']}"
             + (f" ({row['context']})" if row["context"] else ""),
-            {"greater": "A > B", "less": "A < B"}.get(row["alternative"], "A ≠ B"),
+            _hypothesis(row),
+            _TESTS[row["test"]][0]
+            + (" (TOST)" if row["alternative"] == "equivalent" else ""),
             f"{row['n_a']}, {row['n_b']}",
             f"{_fmt(row['mean_a'])} vs {_fmt(row['mean_b'])}",
-            f"t={_fmt(row['welch_t'], 3)}, p={_fmt(row['welch_p'], 3)} "
-            f"(Holm {_fmt(row['welch_p_holm'], 3)})",
-            f"U={_fmt(row['mannwhitney_u'])}, p={_fmt(row['mannwhitney_p'], 3)} "
-            f"(Holm {_fmt(row['mannwhitney_p_holm'], 3)})",
+            f"{_TESTS[row['test']][1]}={_fmt(row['statistic'], 3)}, "
+            f"p={_fmt(row['p'], 3)} (Holm {_fmt(row['p_holm'], 3)})",
+            f"**{row['verdict']}**",
             f"{_fmt(row['prob_improvement'], 3)} "
             + _ci(row, "prob_improvement", min(int(row["n_a"]), int(row["n_b"]))),
             _room(row),
@@ -390,18 +380,23 @@ def _preregistered_lines(table: Any, note: str) -> list[str]:
         "## Pre-registered comparisons",
         "",
         "Declared in the study file before it ran (`[[study.compare]]`), on "
-        "held-out final fitness: Welch's t-test and the Mann–Whitney U test in "
-        "the declared direction, each Holm-corrected over these comparisons "
-        "(statsmodels); P(A > B) with its 95% stratified-bootstrap CI (rliable).",
+        "held-out final fitness: each comparison's one declared test, in the "
+        "declared direction (an equivalence claim: two one-sided tests within "
+        f"the margin), Holm-corrected over these comparisons at α = {ALPHA}. "
+        "The verdict is what that test supports: better, worse, equivalent "
+        "(within the margin) or undecided; an undecided comparison is not "
+        "evidence of no difference. P(A > B) with its 95% stratified-bootstrap "
+        "CI (rliable) describes the effect and decides nothing.",
         "",
         _markdown(
             [
                 "A vs B",
                 "hypothesis",
+                "test",
                 "n_A, n_B",
                 "means",
-                "Welch's t",
-                "Mann–Whitney",
+                "statistic, p",
+                "verdict",
                 "P(A > B) [95% CI]",
                 "room",
             ],
@@ -580,7 +575,6 @@ __all__ = [
     "RUN_COLUMNS",
     "cells_table",
     "comparisons_table",
-    "curve_band",
     "curves",
     "heldout_columns",
     "preregistered_table",

@@ -7,9 +7,11 @@
   stratified-bootstrap interval: rliable.
 - The mean, differences of means and learning-curve bands: scipy's percentile
   bootstrap (`scipy_interval`).
-- Per pre-registered comparison (`[[study.compare]]`), in the declared
-  direction: Welch's t-test and the Mann-Whitney U test (scipy), each
-  Holm-corrected over the pre-registered comparisons (statsmodels).
+- Per declared comparison (`[[study.compare]]`): its one declared test (Welch's
+  t or Mann-Whitney U from scipy, or a bootstrap of the difference of means),
+  in the declared direction or as two one-sided tests within a margin (TOST),
+  Holm-corrected over the declared comparisons (statsmodels), and the verdict
+  that test supports at `ALPHA`.
 
 No interval is given for fewer than `MIN_RUNS_FOR_CI` runs (see there).
 """
@@ -31,6 +33,9 @@ SEED = 0
 """Bootstrap resamples (read at each call: a function's `resamples=None`) and
 their seed: a report is reproducible. rliable's resampling loop is Python: an
 IQM interval of 9,999 resamples takes about 2 s, a P(A > B) interval 5 s."""
+
+ALPHA = 0.05
+"""The level every declared comparison is decided at, after Holm's correction."""
 
 CURVE_RESAMPLES = 2000
 """Resamples for a fitness curve's band: one interval per generation, drawn on a
@@ -105,6 +110,27 @@ def mean_interval(values: Float[np.ndarray, " runs"]) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def curve_band(
+    values: Float[np.ndarray, "seeds generations"],
+) -> tuple[
+    Float[np.ndarray, " generations"],
+    Float[np.ndarray, " generations"],
+    Float[np.ndarray, " generations"],
+]:
+    """Mean over seeds per generation and its 95% bootstrap CI (NaN bands with
+    fewer than `MIN_RUNS_FOR_CI` seeds, or where a seed has not reached the
+    generation)."""
+    mean = np.nanmean(values, axis=0) if values.size else values
+    low = np.full(values.shape[1], np.nan)
+    high = np.full(values.shape[1], np.nan)
+    complete = ~np.isnan(values).any(axis=0)
+    if values.shape[0] >= MIN_RUNS_FOR_CI and complete.any():
+        low[complete], high[complete] = scipy_interval(
+            (values[:, complete],), np.mean, axis=0, n_resamples=CURVE_RESAMPLES
+        )
+    return mean, low, high
+
+
 def iqm_interval(
     values: Float[np.ndarray, " runs"], resamples: int | None = None
 ) -> tuple[float, float, float]:
@@ -155,20 +181,105 @@ def probability_of_improvement(
     return p, float(low), float(high)
 
 
+def _test(
+    test: str, alternative: str, a: np.ndarray, b: np.ndarray, shift: float = 0.0
+) -> tuple[float, float]:
+    """`(statistic, p)` of one declared test of A + `shift` against B in the
+    direction `alternative` ("greater", "less" or "two-sided")."""
+    from scipy import stats
+
+    if test == "welch":
+        r: Any = stats.ttest_ind(a + shift, b, equal_var=False, alternative=alternative)
+        return float(r.statistic), float(r.pvalue)
+    if test == "mwu":
+        r = stats.mannwhitneyu(a + shift, b, alternative=alternative)
+        return float(r.statistic), float(r.pvalue)
+    return _bootstrap_test(alternative, a + shift, b)
+
+
+def _bootstrap_test(
+    alternative: str, a: np.ndarray, b: np.ndarray
+) -> tuple[float, float]:
+    """`(mean A - mean B, p)`: the percentile-bootstrap test of the difference of
+    means. Each side is resampled on its own (`RESAMPLES` times from `SEED`);
+    for "greater" p = (1 + #{d* <= 0}) / (B + 1), the share of resampled
+    differences that do not exceed 0 (mirrored for "less"; twice the smaller of
+    the two for "two-sided", at most 1)."""
+    rng = np.random.default_rng(SEED)
+    d = rng.choice(a, (RESAMPLES, a.size)).mean(axis=1) - rng.choice(
+        b, (RESAMPLES, b.size)
+    ).mean(axis=1)
+    above = (1 + np.count_nonzero(d <= 0)) / (RESAMPLES + 1)
+    below = (1 + np.count_nonzero(d >= 0)) / (RESAMPLES + 1)
+    p = {"greater": above, "less": below}.get(
+        alternative, min(1.0, 2 * min(above, below))
+    )
+    return float(a.mean() - b.mean()), float(p)
+
+
+_NAMES = {"welch": "Welch's t", "mwu": "Mann-Whitney U", "bootstrap": "bootstrap"}
+
+
+def smallest_p(test: str, alternative: str, n_a: int, n_b: int) -> float:
+    """The smallest p-value the declared test can give with `n_a` and `n_b` runs,
+    whatever the scores: 1 with fewer than 2 a side (no test); Mann-Whitney U's
+    exact 1 / C(n_a + n_b, n_a) when every run of one side beats every run of
+    the other (doubled for "two-sided"; the largest of two such tests for
+    "equivalent"); the bootstrap's 1 / (`RESAMPLES` + 1); Welch's t, 0."""
+    if n_a < 2 or n_b < 2:
+        return 1.0
+    if test == "mwu":
+        one_sided = 1.0 / math.comb(n_a + n_b, n_a)
+        return min(1.0, 2 * one_sided) if alternative == "two-sided" else one_sided
+    if test == "bootstrap":
+        return 1.0 / (RESAMPLES + 1)
+    return 0.0
+
+
+def undecidable(comparisons: Sequence[Comparison], runs: int) -> list[str]:
+    """One line for each declared comparison that cannot reach p < `ALPHA` with
+    `runs` runs a side, whatever the scores (`smallest_p`)."""
+    lines = []
+    for i, c in enumerate(comparisons):
+        p = smallest_p(c.test, c.alternative, runs, runs)
+        if p >= ALPHA:
+            lines.append(
+                f"study.compare[{i}] ({c.a} vs {c.b}): {_NAMES[c.test]} with "
+                f"{runs} seed{'s' if runs != 1 else ''} a side cannot reach "
+                f"p < {ALPHA} (its smallest p is {p:.3g}); add seeds or declare "
+                "another test"
+            )
+    return lines
+
+
+def verdict(alternative: str, p_holm: float, difference: float) -> str:
+    """What the declared test supports at `ALPHA` after Holm's correction:
+    "better", "worse", "equivalent" (within the margin) or "undecided"."""
+    if not p_holm < ALPHA:  # NaN included: no test
+        return "undecided"
+    if alternative == "equivalent":
+        return "equivalent"
+    if alternative == "greater" or (alternative == "two-sided" and difference > 0):
+        return "better"
+    return "worse"
+
+
 def preregistered_tests(
     comparisons: Sequence[Comparison],
     scores: Mapping[str, Float[np.ndarray, " runs"]],
     resamples: int | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per comparison: n and mean of each side, P(A > B) with its
-    interval, Welch's t and Mann-Whitney U with their one-sided p-values, and
-    both p-values Holm-corrected over the comparisons (NaN tests where a side
-    has fewer than 2 runs; a NaN p-value is left out of the correction).
+    """One row per declared comparison: n and mean of each side, P(A > B) with
+    its interval, the declared test's statistic and p, p Holm-corrected over the
+    comparisons, and the verdict (`verdict`). NaN test and "undecided" where a
+    side has fewer than 2 runs; a NaN p-value is left out of the correction.
+
+    An equivalence comparison (alternative "equivalent", margin m) is two
+    one-sided tests (TOST) of the declared kind: A + m > B and A - m < B; its p
+    is the larger of the two, its statistic the lower test's.
 
     `scores[cell]` holds each run's score (one per seed).
     """
-    from scipy import stats
-
     multitest = require("statsmodels.stats.multitest", "Holm's correction")
     rows = []
     for c in comparisons:
@@ -178,7 +289,9 @@ def preregistered_tests(
         row: dict[str, Any] = {
             "a": c.a,
             "b": c.b,
+            "test": c.test,
             "alternative": c.alternative,
+            "margin": math.nan if c.margin is None else c.margin,
             "n_a": a.size,
             "n_b": b.size,
             "mean_a": float(a.mean()) if a.size else math.nan,
@@ -186,44 +299,47 @@ def preregistered_tests(
             "prob_improvement": poi,
             "prob_improvement_ci_low": poi_low,
             "prob_improvement_ci_high": poi_high,
-            "welch_t": math.nan,
-            "welch_p": math.nan,
-            "mannwhitney_u": math.nan,
-            "mannwhitney_p": math.nan,
+            "statistic": math.nan,
+            "p": math.nan,
         }
         if a.size >= 2 and b.size >= 2:
-            welch: Any = stats.ttest_ind(
-                a, b, equal_var=False, alternative=c.alternative
-            )
-            mw = stats.mannwhitneyu(a, b, alternative=c.alternative)
-            row |= {
-                "welch_t": float(welch.statistic),
-                "welch_p": float(welch.pvalue),
-                "mannwhitney_u": float(mw.statistic),
-                "mannwhitney_p": float(mw.pvalue),
-            }
+            if c.alternative == "equivalent":
+                assert c.margin is not None  # parse_compare's rule
+                low = _test(c.test, "greater", a, b, c.margin)
+                high = _test(c.test, "less", a, b, -c.margin)
+                row |= {"statistic": low[0], "p": max(low[1], high[1])}
+            else:
+                statistic, p = _test(c.test, c.alternative, a, b)
+                row |= {"statistic": statistic, "p": p}
         rows.append(row)
-    for test in ("welch", "mannwhitney"):
-        p = np.array([r[f"{test}_p"] for r in rows], np.float64)
-        adjusted = np.full_like(p, math.nan)
-        finite = np.isfinite(p)
-        if finite.any():
-            adjusted[finite] = multitest.multipletests(p[finite], method="holm")[1]
-        for row, value in zip(rows, adjusted, strict=True):
-            row[f"{test}_p_holm"] = float(value)
+    p = np.array([r["p"] for r in rows], np.float64)
+    adjusted = np.full_like(p, math.nan)
+    finite = np.isfinite(p)
+    if finite.any():
+        adjusted[finite] = multitest.multipletests(p[finite], method="holm")[1]
+    for row, value in zip(rows, adjusted, strict=True):
+        row["p_holm"] = float(value)
+        row["verdict"] = verdict(
+            row["alternative"], row["p_holm"], row["mean_a"] - row["mean_b"]
+        )
     return rows
 
 
 __all__ = [
+    "ALPHA",
     "CONFIDENCE",
     "CURVE_RESAMPLES",
     "MIN_RUNS_FOR_CI",
     "RESAMPLES",
     "SEED",
+    "curve_band",
     "enough_runs",
     "iqm_interval",
     "mean_interval",
     "preregistered_tests",
     "probability_of_improvement",
     "scipy_interval",
+    "smallest_p",
+    "undecidable",
+    "verdict",
 ]
