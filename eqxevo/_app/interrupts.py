@@ -31,8 +31,8 @@ def _name(signum: int) -> str:
 
 
 SAME_SIGNAL_S = 0.5
-"""A signal of the kind just taken that arrives within this many seconds after it
-was taken is the same one delivered twice (a wrapper such as `uv run` forwards a
+"""A signal of the kind just taken that arrives within this many seconds after that
+one arrived is the same one delivered twice (a wrapper such as `uv run` forwards a
 Ctrl-C its process group got already) and is not counted again."""
 
 SETTLE_S = 0.1
