@@ -21,3 +21,6 @@ from ._app.study.spec import (
 from ._app.study.status import (
     status as status,
 )
+from ._app.study.tune import (
+    tune as tune,
+)

@@ -364,7 +364,7 @@ def test_the_command_list_and_strategies_read_as_one_tool():
     assert not any(line.endswith("...") for line in listed)  # nothing cut short
     study = CliRunner().invoke(main, ["study", "--help"], terminal_width=80).output
     listed = study.split("Commands:\n")[1].splitlines()
-    assert len(listed) == 4 and not any(line.endswith("...") for line in listed)
+    assert len(listed) == 5 and not any(line.endswith("...") for line in listed)
     bench = CliRunner().invoke(main, ["bench", "--help"]).output
     assert bench.startswith("Usage: main bench [OPTIONS]") and "Examples:" in bench
     rows = CliRunner().invoke(main, ["strategies"]).output

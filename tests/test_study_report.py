@@ -1,33 +1,45 @@
+import json
+import warnings
+
+import jax
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 from study_fixtures import finished_study  # noqa: F401
 
-from eqxevo._app.study import plots, stats as study_stats
+from eqxevo._app.study import plots
+from eqxevo._app.study.budget import CURVE_METRICS, curves
+from eqxevo._app.study.intervals import (
+    CONFIDENCE,
+    MIN_RUNS_FOR_CI,
+    RESAMPLES,
+    SEED,
+    curve_band,
+    improvement,
+)
 from eqxevo._app.study.report import (
     METRICS,
     cells_table,
     comparisons_table,
-    curves,
     preregistered_table,
     summary_table,
     write_report,
 )
 from eqxevo._app.study.spec import from_dict
-from eqxevo._app.study.stats import CONFIDENCE, SEED, curve_band
 from eqxevo._src.heldout import heldout_keys
 from eqxevo._src.references import references, score_references
 from eqxevo.experiment import build
 from eqxevo.study import load
 
-# Fixed data: two arms x two noise levels, 5 seeds each.
+# Fixed data: two arms x two noise levels, just enough seeds for intervals.
+SEEDS = MIN_RUNS_FOR_CI
 RNG = np.random.default_rng(42)
 STUDY = from_dict(
     {
         "study": {
             "name": "fixed",
-            "seeds": 5,
+            "seeds": SEEDS,
             "axes": {"env.params.sensor_noise": [0.05, 0.3]},
             "arms": [{"name": "ablated", "run.lifetime": 10}],
         }
@@ -43,44 +55,38 @@ CELLS = pd.DataFrame(
             "best_fitness": float(RNG.normal(2 * i, 0.5)),
         }
         for i, cell in enumerate(STUDY.cells)
-        for seed in range(5)
+        for seed in range(SEEDS)
     ]
 )
 
 
-RESAMPLES = 199
-
-
-@pytest.fixture(autouse=True)
-def fewer_resamples(monkeypatch):
-    # rliable's resampling loop is Python: the default 9,999 resamples would
-    # make these tests minutes long, and the figures are checked at any count
-    monkeypatch.setattr(study_stats, "RESAMPLES", RESAMPLES)
-
-
 def _scipy_ci(*samples, statistic):
-    rng = np.random.default_rng(SEED)
-    ci = stats.bootstrap(
-        samples,
-        statistic,
-        method="percentile",
-        rng=rng,
-        confidence_level=CONFIDENCE,
-        n_resamples=RESAMPLES,
-    )
-    return ci.confidence_interval
+    """scipy's BCa interval, called directly (test_study_intervals.py checks
+    it against a NumPy BCa); where BCa is undefined (every run of one cell
+    beats every run of the other), the percentile interval of its resamples."""
+    options = {"confidence_level": CONFIDENCE, "rng": np.random.default_rng(SEED)}
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        result = stats.bootstrap(
+            samples, statistic, method="BCa", n_resamples=RESAMPLES, **options
+        )
+    if np.isnan(result.confidence_interval.low):
+        result = stats.bootstrap(
+            samples,
+            statistic,
+            method="percentile",
+            n_resamples=0,
+            bootstrap_result=result,
+            **options,
+        )
+    return result.confidence_interval
 
 
-def _rliable_ci(scores, statistic):
-    """rliable's stratified-bootstrap interval, called directly (rliable 1.2
-    resamples from NumPy's global generator)."""
-    from rliable import library
-
-    np.random.seed(SEED)
-    _, ci = library.get_interval_estimates(
-        {"x": scores}, statistic, reps=RESAMPLES, confidence_interval_size=CONFIDENCE
-    )
-    return np.ravel(ci["x"])
+@pytest.fixture(scope="module")
+def report(finished_study, tmp_path_factory):  # noqa: F811
+    """The tiny study's report, written once for the tests that read it."""
+    to = tmp_path_factory.mktemp("report")
+    return write_report(finished_study.out, to), to
 
 
 def test_summary_statistics_match_numpy_and_scipy_on_fixed_data():
@@ -88,7 +94,7 @@ def test_summary_statistics_match_numpy_and_scipy_on_fixed_data():
     assert list(summary.index) == [c.name for c in STUDY.cells]
     for cell, group in CELLS.groupby("cell"):
         row = summary.loc[cell]
-        assert row["n"] == 5
+        assert row["n"] == SEEDS
         for metric in METRICS:
             x = group[metric].to_numpy()
             assert row[f"{metric}_mean"] == pytest.approx(np.mean(x), rel=1e-12)
@@ -96,14 +102,15 @@ def test_summary_statistics_match_numpy_and_scipy_on_fixed_data():
             ci = _scipy_ci(x, statistic=np.mean)
             assert row[f"{metric}_ci_low"] == pytest.approx(ci.low, rel=1e-12)
             assert row[f"{metric}_ci_high"] == pytest.approx(ci.high, rel=1e-12)
-            # IQM: scipy's 25%-trimmed mean, and rliable's stratified-bootstrap CI
+            # IQM: scipy's 25%-trimmed mean, and its BCa interval
             iqm = stats.trim_mean(x, 0.25)
             assert row[f"{metric}_iqm"] == pytest.approx(iqm, rel=1e-12)
-            low, high = _rliable_ci(
-                x[:, None], lambda v: np.array([stats.trim_mean(v, 0.25, axis=None)])
+            ci = _scipy_ci(
+                x, statistic=lambda v, axis: stats.trim_mean(v, 0.25, axis=axis)
             )
-            assert row[f"{metric}_iqm_ci_low"] == pytest.approx(low, rel=1e-12)
-            assert row[f"{metric}_iqm_ci_high"] == pytest.approx(high, rel=1e-12)
+            assert row[f"{metric}_iqm_ci_low"] == pytest.approx(ci.low, rel=1e-12)
+            assert row[f"{metric}_iqm_ci_high"] == pytest.approx(ci.high, rel=1e-12)
+            assert ci.low < iqm < ci.high
 
 
 def test_comparisons_pair_cells_differing_in_one_factor_and_match_scipy():
@@ -124,13 +131,11 @@ def test_comparisons_pair_cells_differing_in_one_factor_and_match_scipy():
         assert row["mannwhitney_u"] == test.statistic
         assert row["p_value"] == pytest.approx(test.pvalue, rel=1e-12)
         greater = stats.mannwhitneyu(xa, xb, alternative="greater").statistic
-        assert row["prob_improvement"] == pytest.approx(greater / 25, rel=1e-12)
-        low, high = _rliable_ci(
-            (xa[:, None], xb[:, None]),
-            lambda x, y: stats.mannwhitneyu(x, y, axis=None).statistic / 25,
-        )
-        assert row["prob_improvement_ci_low"] == pytest.approx(low, rel=1e-12)
-        assert row["prob_improvement_ci_high"] == pytest.approx(high, rel=1e-12)
+        pairs = SEEDS * SEEDS
+        assert row["prob_improvement"] == pytest.approx(greater / pairs, rel=1e-12)
+        ci = _scipy_ci(xa, xb, statistic=improvement)
+        assert row["prob_improvement_ci_low"] == pytest.approx(ci.low, rel=1e-12)
+        assert row["prob_improvement_ci_high"] == pytest.approx(ci.high, rel=1e-12)
     for metric in METRICS:
         rows = table[table["metric"] == metric]
         adjusted = stats.false_discovery_control(rows["p_value"], method="bh")
@@ -171,17 +176,8 @@ def test_preregistered_comparisons_run_at_every_axis_value_holm_corrected():
     np.testing.assert_allclose(np.sort(table["p_holm"]), holm)
 
 
-def test_curve_band_is_the_mean_and_a_bootstrap_ci_per_generation():
-    values = RNG.normal(size=(5, 7))
-    values[2, 6] = np.nan  # a seed that has not reached the last generation
-    mean, low, high = curve_band(values)
-    np.testing.assert_allclose(mean, np.nanmean(values, axis=0))
-    assert np.isnan(low[6]) and np.isnan(high[6])
-    assert np.all(low[:6] <= mean[:6]) and np.all(mean[:6] <= high[:6])
-
-
-def test_the_report_writes_tables_figures_and_markdown(finished_study, tmp_path):  # noqa: F811
-    path = write_report(finished_study.out, tmp_path)
+def test_the_report_writes_tables_figures_and_markdown(finished_study, report):  # noqa: F811
+    path, tmp_path = report
     study = load(finished_study.file)
     cells = pd.read_csv(tmp_path / "cells.csv")
     assert len(cells) == 8 and bool(cells["complete"].all())
@@ -222,7 +218,8 @@ def test_the_report_writes_tables_figures_and_markdown(finished_study, tmp_path)
         if x.startswith("| base") or x.startswith("| wide")
     ]
     assert len(rows) == 4 and all(r.count("[n too small]") == 2 for r in rows)
-    assert "Intervals need 5 runs or more" in text
+    assert f"Intervals need {MIN_RUNS_FOR_CI} runs or more" in text
+    assert "stratified" not in text  # one task per cell: a plain bootstrap
 
     # the references, on the lifetimes each run held out
     refs = pd.read_csv(tmp_path / "references.csv")
@@ -277,6 +274,54 @@ def test_the_report_writes_tables_figures_and_markdown(finished_study, tmp_path)
         assert f"**Below the best reference without memory:** `{cell}`" in text
 
 
+def test_each_cell_states_its_samples_compute_and_curve_area(finished_study, report):  # noqa: F811
+    path, to = report
+    study = load(finished_study.file)
+    cells = pd.read_csv(to / "cells.csv")
+    summary = pd.read_csv(to / "summary.csv").set_index("cell")
+    # every run recorded the backend it ran on, and so does its cell
+    assert set(cells["platform"]) == {jax.default_backend()}
+    assert set(summary["platform"]) == {jax.default_backend()}
+    steps_per_generation = 8 * 40  # population x lifetime, one episode each
+    assert set(cells["agent_steps"]) == {6 * steps_per_generation}
+    for run in study.runs:
+        row = cells[cells["run_dir"] == f"runs/{run.id}"].iloc[0]
+        records = [
+            json.loads(line)
+            for line in (finished_study.out / row["run_dir"] / "metrics.jsonl")
+            .read_text()
+            .splitlines()
+        ]
+        curve = np.array(
+            [r["mean"] for r in sorted(records, key=lambda r: r["generation"])]
+        )
+        assert curve.size == 6
+        assert row["curve_auc"] == pytest.approx(curve.mean(), rel=1e-12)
+        # every run spends the same steps: the step budget is the whole run
+        assert row["curve_auc_steps"] == pytest.approx(curve.mean(), rel=1e-12)
+        assert row["final_mean_fitness"] == pytest.approx(curve[-1])
+    for cell, group in cells.groupby("cell"):
+        got = summary.loc[cell]
+        assert got["agent_steps_mean"] == group["agent_steps"].mean()
+        assert got["wall_time_s_mean"] == pytest.approx(group["wall_time_s"].mean())
+        assert got["curve_auc_mean"] == pytest.approx(group["curve_auc"].mean())
+        assert np.isnan(got["curve_auc_ci_low"])  # 2 seeds: no interval
+    assert {f"{m}_{s}" for m in CURVE_METRICS for s in ("mean", "iqm")} <= set(summary)
+
+    text = path.read_text()
+    section = text.split("## Samples and compute", 1)[1].split("\n## ", 1)[0]
+    device = jax.default_backend().upper()
+    assert f"| cell | n | agent steps / run | {device} s / run |" in section
+    assert "AUC per agent step" not in section  # equal steps: the same figure
+    for cell, row in summary.iterrows():
+        line = next(x for x in section.splitlines() if x.startswith(f"| {cell} |"))
+        assert line.startswith(
+            f"| {cell} | 2 | 1,920 | {row['wall_time_s_mean']:.3g} | "
+            f"{row['heldout_mean_mean']:.4g} | {row['curve_auc_mean']:.4g} "
+            "[n too small] |"
+        )
+
+
 def test_figures_are_labelled_for_a_paper(finished_study):  # noqa: F811
     study = load(finished_study.file)
     bands = {k: curve_band(v) for k, v in curves(finished_study.out, study).items()}
@@ -290,12 +335,13 @@ def test_figures_are_labelled_for_a_paper(finished_study):  # noqa: F811
     assert legend.get_title().get_text() == "mean over 2 seeds (n too small for a CI)"
     assert [t.get_text() for t in legend.get_texts()] == [c.name for c in study.cells]
     assert len(ax.collections) == 0
-    five = {
-        k: curve_band(np.tile(v, (3, 1))[:5])
+    enough = {
+        k: curve_band(np.tile(v, (SEEDS, 1))[:SEEDS])
         for k, v in curves(finished_study.out, study).items()
     }
-    (ax,) = plots.learning_curves(five, 5).axes
-    assert ax.get_legend().get_title().get_text() == "mean ± 95% CI over 5 seeds"
+    (ax,) = plots.learning_curves(enough, SEEDS).axes
+    legend = ax.get_legend().get_title().get_text()
+    assert legend == f"mean ± 95% CI over {SEEDS} seeds"
     assert len(ax.collections) == 4  # one CI band per cell
 
     cells = cells_table(finished_study.out, study)
@@ -361,7 +407,7 @@ def test_a_cell_below_the_no_memory_reference_is_flagged():
 
 
 def test_heldout_columns_take_the_best_genome_where_there_is_no_mean():
-    from eqxevo._app.study.report import heldout_columns
+    from eqxevo._app.study.runner import heldout_columns
 
     best = {"mean": 3.0, "ci_low": 2.0, "ci_high": 4.0, "std": 1.0, "episodes": 32}
     mean = {"mean": 5.0, "ci_low": 4.5, "ci_high": 5.5, "std": 0.5, "episodes": 32}

@@ -10,14 +10,17 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.weightstats import ttost_ind
 
 from eqxevo._app.study.checks import Comparison
-from eqxevo._app.study.stats import (
-    ALPHA,
+from eqxevo._app.study.intervals import (
     MIN_RUNS_FOR_CI,
     RESAMPLES,
     SEED,
     iqm_interval,
-    preregistered_tests,
     probability_of_improvement,
+)
+from eqxevo._app.study.stats import (
+    ALPHA,
+    TESTS,
+    preregistered_tests,
     smallest_p,
     undecidable,
     verdict,
@@ -174,6 +177,12 @@ def test_the_smallest_p_is_what_the_test_gives_on_fully_separated_runs(n_a, n_b)
     assert smallest_p("welch", "greater", 1, n_b) == 1.0  # no test at all
     lines = undecidable([Comparison("x", "y", "mwu", "greater")], n_a)
     assert bool(lines) == (1 / math.comb(2 * n_a, n_a) >= ALPHA)
+
+
+@pytest.mark.parametrize("test", ["welch", "mwu", "bootstrap"])
+def test_an_undecidable_line_names_the_test_as_the_report_does(test):
+    (line,) = undecidable([Comparison("x", "y", test, "greater")], 1)
+    assert line.startswith(f"study.compare[0] (x vs y): {TESTS[test][0]} with 1 seed ")
 
 
 def test_verdicts_say_only_what_the_test_supports():

@@ -41,6 +41,8 @@ STUDY_KEYS = (
     "axes",
     "arms",
     "compare",
+    "tune",
+    "tuned",
 )
 SLURM_KEYS = {
     "partition": "slurm_partition",
@@ -307,7 +309,7 @@ Alternative = Literal["greater", "less", "two-sided", "equivalent"]
 ALTERNATIVES: tuple[Alternative, ...] = ("greater", "less", "two-sided", "equivalent")
 Test = Literal["welch", "mwu", "bootstrap"]
 TESTS: tuple[Test, ...] = ("welch", "mwu", "bootstrap")
-COMPARE_KEYS = ("a", "b", "test", "alternative", "margin")
+COMPARE_KEYS = ("a", "b", "test", "alternative", "margin", "effect")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,6 +324,8 @@ class Comparison:
         alternative = "greater"   # A > B (the default); "less", "two-sided",
                                   # or "equivalent" (TOST within +-margin)
         margin = 2.0              # only with alternative = "equivalent"
+        effect = 3.0              # the smallest difference worth finding, for
+                                  # `eqxevo study plan --power` (not with a margin)
 
     With axes, the two arms are compared at every combination of axis values.
     """
@@ -331,6 +335,15 @@ class Comparison:
     test: Test
     alternative: Alternative = "greater"
     margin: float | None = None
+    effect: float | None = None
+
+
+def _positive(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0 < value < math.inf
+    )
 
 
 def _compare_faults(where: str, entry: Mapping[str, Any], arms: Any) -> list[str]:
@@ -380,12 +393,16 @@ def _compare_faults(where: str, entry: Mapping[str, Any], arms: Any) -> list[str
             f"{where}.margin is for an equivalence test (TOST): set alternative = "
             '"equivalent", or drop the margin'
         )
-    if margin is not None and not (
-        isinstance(margin, int | float)
-        and not isinstance(margin, bool)
-        and 0 < margin < math.inf
-    ):
+    if margin is not None and not _positive(margin):
         faults.append(f"{where}.margin = {margin!r}; it must be a positive number")
+    effect = entry.get("effect")
+    if effect is not None and not _positive(effect):
+        faults.append(f"{where}.effect = {effect!r}; it must be a positive number")
+    if effect is not None and alternative == "equivalent":
+        faults.append(
+            f"{where}.effect: an equivalence test's effect is its margin; drop "
+            "the effect"
+        )
     return faults
 
 
@@ -406,7 +423,7 @@ def parse_compare(
         faults = _compare_faults(f"study.compare[{i}]", entry, arms)
         errors += faults
         if not faults:
-            margin = entry.get("margin")
+            margin, effect = entry.get("margin"), entry.get("effect")
             out.append(
                 Comparison(
                     entry["a"],
@@ -414,6 +431,7 @@ def parse_compare(
                     entry["test"],
                     entry.get("alternative", "greater"),
                     None if margin is None else float(margin),
+                    None if effect is None else float(effect),
                 )
             )
     return tuple(out)

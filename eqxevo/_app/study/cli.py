@@ -1,9 +1,9 @@
-"""`eqxevo study plan | run | status | report`."""
+"""`eqxevo study plan | tune | run | status | report`."""
 
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -50,6 +50,37 @@ def _out(study: Any, out: str | None) -> Path:
     return Path(out) if out is not None else Path("studies") / study.name
 
 
+def _tuned(spec: Any, out: Path) -> Any:
+    """The study with its tune's chosen settings (`study tune` wrote them in OUT)."""
+    from .spec import StudyError
+    from .tune import with_tuned
+
+    try:
+        return with_tuned(spec, out)
+    except StudyError as err:
+        fail(err)
+
+
+def _stop(command: str, file: str, path: Path) -> StopRequest:
+    """The CLI's stop request: a first Ctrl-C/SIGTERM stops after the running
+    chunk, every run saved (eqxevo._app.interrupts); installed before JAX starts."""
+    return StopRequest(
+        lambda: (
+            f"every run keeps its last saved chunk; continue with "
+            f"`eqxevo study {command} {file} --out {path}`"
+        )
+    )
+
+
+def _interrupted(command: str, file: str, path: Path, stop: StopRequest) -> NoReturn:
+    click.echo(
+        f"\ninterrupted; every run keeps its last chunk. Continue with the same "
+        f"command (eqxevo study {command} {file} --out {path}).",
+        err=True,
+    )
+    sys.exit(exit_code(stop.signum) if stop.signum is not None else 130)
+
+
 @click.group(context_settings=CONTEXT)
 def study() -> None:
     """Run seeds x axes x arms of one experiment as a study.
@@ -89,30 +120,66 @@ def _file_and_out(out_help: str) -> Any:
     help="Compile each program and time two generations of one run, for a time "
     "estimate (costs one compilation per program).",
 )
+@click.option(
+    "--power",
+    is_flag=True,
+    help="The seeds each declared comparison needs to find its effect with "
+    "power 0.8, from the tuned arms' spread over the tuning seeds (after "
+    "`eqxevo study tune`).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @UNDECIDABLE
 def plan(
-    file: str, out: str | None, measure: bool, as_json: bool, allow_undecidable: bool
+    file: str,
+    out: str | None,
+    measure: bool,
+    power: bool,
+    as_json: bool,
+    allow_undecidable: bool,
 ) -> None:
     """Show a study's cells, runs and compiled programs.
 
     FILE's cells, runs, how they group into compiled programs, and an
     estimate of memory and time. Builds every run (so every error shows), runs
-    nothing unless --measure.
+    nothing unless --measure. With [study.tune], the cells carry the tune's
+    chosen settings once `eqxevo study tune` has run.
 
     \b
-    Example:
+    Examples:
       eqxevo study plan examples/studies/l4_plasticity.toml --measure
+      eqxevo study plan study.toml --out studies/s --power
     """
     from .estimate import describe_plan
+    from .power import power_lines, power_table
     from .spec import StudyError
+    from .tune import read_chosen, tune_dir
 
     spec = _load(file)
     _decidable(spec, allow_undecidable)
+    path = _out(spec, out)
+    chosen = read_chosen(path) if spec.tune is not None else {}
+    if chosen:
+        spec = _tuned(spec, path)
+    if power and not chosen:
+        fail(
+            StudyError(
+                f"--power needs a finished tune in {tune_dir(path)} (the spread of "
+                f"the tuned arms): run `eqxevo study tune {file} --out {path}`"
+                + ("" if spec.tune else "; the study declares no [study.tune]")
+            )
+        )
     try:
-        text, data = describe_plan(spec, _out(spec, out), measure=measure)
+        text, data = describe_plan(spec, path, measure=measure)
     except StudyError as err:
         fail(err)
+    if spec.tune is not None and not chosen:
+        text += "\nnot tuned yet: the cells show the arms' own settings"
+    if power:
+        rows = power_table(spec, chosen)
+        data["power"] = rows
+        text += "\n" + "\n".join(
+            ["power:", *(f"  {line}" for line in power_lines(rows))]
+        )
     click.echo(json.dumps(data, indent=2) if as_json else text)
 
 
@@ -166,14 +233,10 @@ def run(
     spec = _load(file)
     _decidable(spec, allow_undecidable)
     path = _out(spec, out)
+    spec = _tuned(spec, path)
     # Before JAX starts: until a chunk is saved a signal exits at once; after,
     # the first one stops after the running chunk (eqxevo._app.interrupts).
-    stop = StopRequest(
-        lambda: (
-            f"every run keeps its last saved chunk; continue with "
-            f"`eqxevo study run {file} --out {path}`"
-        )
-    )
+    stop = _stop("run", file, path)
     # On a CPU, before JAX starts (each run is built next): cores as devices.
     mesh = devices_mesh(devices) if executor == "local" else None
     check_split(
@@ -195,17 +258,68 @@ def run(
         with stop:
             result = run_study(spec, path, chosen, quiet=quiet, compilation_cache=True)
     except KeyboardInterrupt:
-        click.echo(
-            f"\ninterrupted; every run keeps its last chunk. Continue with the same "
-            f"command (eqxevo study run {file} --out {path}).",
-            err=True,
-        )
-        sys.exit(exit_code(stop.signum) if stop.signum is not None else 130)
+        _interrupted("run", file, path, stop)
     except (StudyError, CheckpointError, LockedError) as err:
         fail(err)
     click.echo(
         f"{result['done']}/{result['runs']} runs complete in {path}; "
         f"report: eqxevo study report {path}"
+    )
+
+
+@study.command(context_settings=CONTEXT)
+@_file_and_out("Output folder (default: studies/<name>); the tune goes in OUT/tune.")
+@click.option("--quiet", is_flag=True, help="No progress output.")
+@DEVICES
+def tune(file: str, out: str | None, quiet: bool, devices: int) -> None:
+    """Choose each arm's search settings on the tuning seeds.
+
+    FILE's [study.tune] gives the tuning seeds (disjoint from study.seeds), the
+    trial budget per arm, the batch of trials run at once and each arm's search
+    space. Optuna proposes; every trial runs on the tuning seeds; the best trial
+    of each arm is written to OUT/tune/chosen.json, and `eqxevo study run` then
+    evaluates the arms with those settings on the study's own seeds.
+
+    Running the same command again continues a tune that was stopped (Ctrl-C,
+    SIGTERM, a kill, a pre-empted job) with the same trials and the same
+    choice, and does nothing for a finished one.
+
+    \b
+    Examples:
+      eqxevo study tune examples/studies/bandit_plasticity.toml --out studies/bandit
+      eqxevo study tune study.toml --devices 4
+    """
+    from ..checkpoint import CheckpointError
+    from .executor import LocalExecutor
+    from .spec import StudyError
+    from .tune import tune as run_tune
+
+    spec = _load(file)
+    path = _out(spec, out)
+    stop = _stop("tune", file, path)
+    mesh = devices_mesh(devices)
+    try:
+        with stop:
+            chosen = run_tune(
+                spec,
+                path,
+                LocalExecutor(stop, mesh),
+                quiet=quiet,
+                compilation_cache=True,
+            )
+    except KeyboardInterrupt:
+        _interrupted("tune", file, path, stop)
+    except (StudyError, CheckpointError, LockedError) as err:
+        fail(err)
+    for arm, entry in chosen["arms"].items():
+        settings = ", ".join(f"{k} = {v!r}" for k, v in entry["settings"].items())
+        click.echo(
+            f"{arm}: trial {entry['trial']} of {chosen['trials']}, held-out "
+            f"{entry['score']:.4g}: {settings}"
+        )
+    click.echo(
+        f"chosen settings in {path}/tune/chosen.json; next: eqxevo study run "
+        f"{file} --out {path}"
     )
 
 

@@ -37,7 +37,8 @@ def learning_curves(
     references: Sequence[ReferenceBand] = (),
 ) -> Any:
     """One line per cell: the mean over seeds per generation, shaded by its 95%
-    bootstrap CI; references across it as labelled bands.
+    BCa bootstrap CI (`eqxevo._app.study.intervals.curve_band`); references
+    across it as labelled bands.
 
     Arguments:
         bands: `{cell: (mean, ci_low, ci_high)}`, each `(generations,)`.
@@ -57,7 +58,7 @@ def learning_curves(
     ax.set_ylabel(ylabel)
     ax.set_title(f"{ylabel.capitalize()} per generation")
     ax.grid(alpha=0.3)
-    # No band at all: too few seeds for a CI (`stats.MIN_RUNS_FOR_CI`).
+    # No band at all: too few seeds for a CI (`intervals.MIN_RUNS_FOR_CI`).
     banded = any(np.isfinite(low).any() for _, low, _ in bands.values())
     handles, labels = ax.get_legend_handles_labels()
     handles += [h for h, _ in reference_entries]
@@ -82,7 +83,7 @@ def final_fitness(
     path: str | Path | None = None,
 ) -> Any:
     """One panel per metric: every run as a dot, and per cell the mean with its
-    95% bootstrap CI.
+    95% BCa bootstrap CI.
 
     Arguments:
         cells: the cells table (one row per complete run).

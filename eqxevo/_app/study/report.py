@@ -6,7 +6,7 @@ import dataclasses
 import itertools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,36 +15,41 @@ import numpy as np
 from ..experiment.build import build
 from ..experiment.certify import certificate_bands, task_record
 from . import plots
+from .budget import (
+    CURVE_METRICS,
+    budget_lines,
+    budget_summary,
+    curve_columns,
+    curves,
+    platform,
+)
+from .intervals import (
+    MIN_RUNS_FOR_CI,
+    curve_band,
+    difference_interval,
+    iqm_interval,
+    mean_interval,
+    probability_of_improvement,
+)
 from .lesions import lesion_columns, lesion_lines
+from .markdown import TOO_FEW, ci, fmt, markdown
 from .reference_scores import (
     ROOM_NOTE,
     reference_lines,
     room_columns,
     score_study_references,
 )
-from .runner import load_plan, load_study, read_summary, run_dir
-from .spec import Study, format_value, require
-from .stats import (
-    ALPHA,
-    MIN_RUNS_FOR_CI,
-    curve_band,
-    iqm_interval,
-    mean_interval,
-    preregistered_tests,
-    probability_of_improvement,
-    scipy_interval,
+from .runner import (
+    HELDOUT_COLUMNS,
+    heldout_columns,
+    load_plan,
+    load_study,
+    read_summary,
+    run_dir,
 )
-
-HELDOUT_COLUMNS: dict[str, str] = {
-    "heldout_mean": "held-out fitness of the final genome (mean over lifetimes)",
-    "heldout_ci_low": "95% CI of heldout_mean, low",
-    "heldout_ci_high": "95% CI of heldout_mean, high",
-    "heldout_genome": "which final genome: the search mean, or the best (no mean)",
-    "heldout_episodes": "held-out lifetimes per genome",
-    "heldout_best_mean": "held-out fitness of the best genome seen in training",
-}
-"""cells.csv columns from each run's held-out evaluation (summary.json's
-`"heldout"`; see `eqxevo._app.study.runner`)."""
+from .spec import Study, format_value, require
+from .stats import ALPHA, TESTS, preregistered_tests
+from .tune import tuning_lines
 
 RUN_COLUMNS: dict[str, str] = {
     "generations": "generations run",
@@ -52,7 +57,9 @@ RUN_COLUMNS: dict[str, str] = {
     "final_best_fitness": "training: best fitness in the last generation",
     "best_fitness": "training: best fitness seen (the selection's own episodes)",
     "agent_steps": "environment steps taken (P x T x generations)",
-    "wall_time_s": "wall time, s (the run's share of its program's time)",
+    "wall_time_s": "wall time, s (the run's share of its program's time, "
+    "compilation included)",
+    "platform": "the JAX backend it ran on (cpu, gpu, tpu), from its segments",
     "complete": "the run finished",
 }
 """cells.csv columns read from each run's summary.json, in order."""
@@ -66,24 +73,6 @@ METRICS: dict[str, str] = {
 
 
 # -- tables -------------------------------------------------------------------------
-
-
-def heldout_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """`HELDOUT_COLUMNS` from a summary's `"heldout"` entry (None where absent):
-    the search mean's figures, or the best genome's where there is no mean."""
-    heldout = summary.get("heldout") or {}
-    best = heldout.get("best") or {}
-    final, genome = heldout.get("mean"), "mean"
-    if final is None:
-        final, genome = best, "best" if best else None
-    return {
-        "heldout_mean": final.get("mean"),
-        "heldout_ci_low": final.get("ci_low"),
-        "heldout_ci_high": final.get("ci_high"),
-        "heldout_genome": genome,
-        "heldout_episodes": final.get("episodes"),
-        "heldout_best_mean": best.get("mean"),
-    }
 
 
 def cells_table(out: str | Path, study: Study | None = None) -> Any:
@@ -100,14 +89,17 @@ def cells_table(out: str | Path, study: Study | None = None) -> Any:
         row.update(heldout_columns(summary))
         row.update({k: summary.get(k) for k in RUN_COLUMNS})
         row["complete"] = bool(summary.get("complete", False))
+        row["platform"] = platform(summary)
         row["run_dir"] = str(Path("runs") / run.id)
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def summary_table(cells: Any, metrics: Mapping[str, str] = METRICS) -> Any:
-    """One row per cell: n and, per metric, mean, std, CIs (NaN with n below
-    `MIN_RUNS_FOR_CI`) and IQM; with the reference columns
+    """One row per cell: n and, per metric, mean, std, BCa CIs (NaN with n below
+    `MIN_RUNS_FOR_CI`) and IQM; with the budget columns
+    (`eqxevo._app.study.budget.budget_summary`), mean agent steps and seconds
+    per run and the backend; with the reference columns
     (`eqxevo._app.study.reference_scores`), the mean normalised score, the mean best
     reference without memory and `below_no_memory`: whether the cell's mean
     held-out fitness is below it (on the same lifetimes)."""
@@ -130,6 +122,8 @@ def summary_table(cells: Any, metrics: Mapping[str, str] = METRICS) -> Any:
                 f"{metric}_iqm_ci_low": iqm_low,
                 f"{metric}_iqm_ci_high": iqm_high,
             }
+        if {"agent_steps", "wall_time_s", "platform"} <= set(group):
+            row |= budget_summary(group)
         if "normalised" in group:
             row |= _against_references(group)
         rows.append(row)
@@ -205,16 +199,8 @@ def comparisons_table(
                 # common-language effect size.
                 poi = u / (xa.size * xb.size)
             if min(xa.size, xb.size) >= MIN_RUNS_FOR_CI:
-                # Its CI (rliable's) and the difference's resample each cell apart.
-                low, high = map(
-                    float,
-                    scipy_interval(
-                        (xa, xb),
-                        lambda x, y, axis: (
-                            np.mean(x, axis=axis) - np.mean(y, axis=axis)
-                        ),
-                    ),
-                )
+                # Its CI and the difference's resample each cell apart.
+                low, high = difference_interval(xa, xb)
                 _, poi_low, poi_high = probability_of_improvement(xa, xb)
             row |= {
                 "difference_ci_low": low,
@@ -266,57 +252,7 @@ def preregistered_table(cells: Any, study: Study) -> Any:
     return pd.DataFrame(rows)
 
 
-# -- curves -------------------------------------------------------------------------
-
-
-def curves(out: str | Path, study: Study, field: str = "mean") -> dict[str, np.ndarray]:
-    """Per cell, the field per generation of every seed: `(seeds, generations)`
-    (NaN where a run has not reached a generation)."""
-    out_curves = {}
-    for cell in study.cells:
-        rows = []
-        for run in (r for r in study.runs if r.cell.name == cell.name):
-            path = run_dir(out, run) / "metrics.jsonl"
-            values = np.full(run.experiment.run.generations, np.nan)
-            if path.exists():
-                for line in path.read_text().splitlines():
-                    record = json.loads(line)
-                    g, v = record["generation"], record.get(field)
-                    if g < values.size and v is not None:
-                        values[g] = v
-            rows.append(values)
-        width = max(len(r) for r in rows)
-        out_curves[cell.name] = np.stack(
-            [np.pad(r, (0, width - len(r)), constant_values=np.nan) for r in rows]
-        )
-    return out_curves
-
-
 # -- report.md ----------------------------------------------------------------------
-
-
-def _fmt(value: Any, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}"
-    return str(value)
-
-
-TOO_FEW = "n too small"
-"""What a table shows in place of a CI its runs cannot support."""
-
-
-def _ci(row: Any, prefix: str, n: int) -> str:
-    if n < MIN_RUNS_FOR_CI:
-        return f"[{TOO_FEW}]"
-    return f"[{_fmt(row[f'{prefix}_ci_low'])}, {_fmt(row[f'{prefix}_ci_high'])}]"
-
-
-def _markdown(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _episodes(cells: Any) -> str:
@@ -328,7 +264,7 @@ def _room(row: Any) -> str:
     """A comparison's room flag (`room_columns`)."""
     if "little_room" not in row or not math.isfinite(float(row["headroom"])):
         return "–"
-    text = f"{_fmt(row['headroom'])} vs spread {_fmt(row['spread'], 3)}"
+    text = f"{fmt(row['headroom'])} vs spread {fmt(row['spread'], 3)}"
     return f"**little room** ({text})" if row["little_room"] else text
 
 
@@ -345,13 +281,9 @@ def study_bands(study: Study) -> list[Any]:
     return certificate_bands(build(study.runs[0].experiment).experiment)
 
 
-_TESTS = {"welch": ("Welch's t", "t"), "mwu": ("Mann–Whitney U", "U")}
-_TESTS["bootstrap"] = ("bootstrap of the difference of means", "d")
-
-
 def _hypothesis(row: Any) -> str:
     if row["alternative"] == "equivalent":
-        return f"|A − B| < {_fmt(row['margin'])}"
+        return f"|A − B| < {fmt(row['margin'])}"
     return {"greater": "A > B", "less": "A < B"}.get(row["alternative"], "A ≠ B")
 
 
@@ -363,15 +295,15 @@ def _preregistered_lines(table: Any, note: str) -> list[str]:
             f"{row['a']} vs {row['b']}"
             + (f" ({row['context']})" if row["context"] else ""),
             _hypothesis(row),
-            _TESTS[row["test"]][0]
+            TESTS[row["test"]][0]
             + (" (TOST)" if row["alternative"] == "equivalent" else ""),
             f"{row['n_a']}, {row['n_b']}",
-            f"{_fmt(row['mean_a'])} vs {_fmt(row['mean_b'])}",
-            f"{_TESTS[row['test']][1]}={_fmt(row['statistic'], 3)}, "
-            f"p={_fmt(row['p'], 3)} (Holm {_fmt(row['p_holm'], 3)})",
+            f"{fmt(row['mean_a'])} vs {fmt(row['mean_b'])}",
+            f"{TESTS[row['test']][1]}={fmt(row['statistic'], 3)}, "
+            f"p={fmt(row['p'], 3)} (Holm {fmt(row['p_holm'], 3)})",
             f"**{row['verdict']}**",
-            f"{_fmt(row['prob_improvement'], 3)} "
-            + _ci(row, "prob_improvement", min(int(row["n_a"]), int(row["n_b"]))),
+            f"{fmt(row['prob_improvement'], 3)} "
+            + ci(row, "prob_improvement", min(int(row["n_a"]), int(row["n_b"]))),
             _room(row),
         ]
         for _, row in table.iterrows()
@@ -385,10 +317,10 @@ def _preregistered_lines(table: Any, note: str) -> list[str]:
         f"the margin), Holm-corrected over these comparisons at α = {ALPHA}. "
         "The verdict is what that test supports: better, worse, equivalent "
         "(within the margin) or undecided; an undecided comparison is not "
-        "evidence of no difference. P(A > B) with its 95% stratified-bootstrap "
-        "CI (rliable) describes the effect and decides nothing.",
+        "evidence of no difference. P(A > B) with its 95% BCa bootstrap CI "
+        "describes the effect and decides nothing.",
         "",
-        _markdown(
+        markdown(
             [
                 "A vs B",
                 "hypothesis",
@@ -419,11 +351,11 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
     to = Path(to) if to is not None else out / "report"
     to.mkdir(parents=True, exist_ok=True)
     refs, cells = score_study_references(study, cells_table(out, study))
-    cells = lesion_columns(out, cells)
+    cells = curve_columns(out, lesion_columns(out, cells))
     refs.to_csv(to / "references.csv", index=False)
     cells.to_csv(to / "cells.csv", index=False)
     complete = cells[cells["complete"]]
-    summary = summary_table(complete)
+    summary = summary_table(complete, METRICS | CURVE_METRICS)
     summary.to_csv(to / "summary.csv", index=False)
     comparisons = room_columns(comparisons_table(complete, study), complete)
     comparisons.to_csv(to / "comparisons.csv", index=False)
@@ -464,8 +396,15 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
         "the episodes selection saw: the population's mean fitness in the last "
         "generation, and the best single evaluation of the run (biased upward "
         "by selection on noise).",
-        f"Intervals need {MIN_RUNS_FOR_CI} runs or more: a bootstrap of fewer "
-        f"cannot support a 95% CI, and tables say [{TOO_FEW}] instead.",
+        "Intervals are 95% BCa bootstrap intervals over a cell's runs (scipy). "
+        f"Intervals need {MIN_RUNS_FOR_CI} runs or more: with fewer, a nominal 95% "
+        "interval of a mean was measured to cover the truth less than 90% of "
+        'the time (docs/studies.md, "The report"), and tables say '
+        f"[{TOO_FEW}] instead.",
+        "",
+        "## How the arms were tuned",
+        "",
+        *tuning_lines(study, out),
         "",
         *reference_lines(refs, summary),
         "## Cells",
@@ -481,13 +420,13 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
                 [
                     row["cell"],
                     n,
-                    f"{_fmt(row[f'{metric}_mean'])} ± {_fmt(row[f'{metric}_std'], 2)}",
-                    _ci(row, metric, n),
-                    f"{_fmt(row[f'{metric}_iqm'])} {_ci(row, f'{metric}_iqm', n)}",
+                    f"{fmt(row[f'{metric}_mean'])} ± {fmt(row[f'{metric}_std'], 2)}",
+                    ci(row, metric, n),
+                    f"{fmt(row[f'{metric}_iqm'])} {ci(row, f'{metric}_iqm', n)}",
                 ]
                 + (
                     [
-                        _fmt(row["normalised_mean"], 3),
+                        fmt(row["normalised_mean"], 3),
                         "**below**" if row["below_no_memory"] else "above",
                     ]
                     if extra
@@ -499,9 +438,10 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
         lines += [
             f"**{label[0].upper() + label[1:]}**",
             "",
-            _markdown(headers, rows),
+            markdown(headers, rows),
             "",
         ]
+    lines += budget_lines(summary, complete)
     lines += lesion_lines(complete)
     lines += _preregistered_lines(preregistered, ROOM_NOTE)
     lines += ["## Comparisons", ""]
@@ -510,10 +450,10 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
     else:
         lines += [
             "Pairs of cells that differ in one factor. Difference = A − B of the "
-            "means, 95% percentile-bootstrap CI; Mann–Whitney U two-sided, p "
+            "means, 95% BCa bootstrap CI; Mann–Whitney U two-sided, p "
             "adjusted over the comparisons of each metric (Benjamini–Hochberg); "
             "effect size P(A > B) = U / (n_A n_B): the probability that a run of "
-            "A beats a run of B (0.5: no effect), 95% bootstrap CI.",
+            "A beats a run of B (0.5: no effect), 95% BCa bootstrap CI.",
             "",
         ]
         rows = []
@@ -525,16 +465,16 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
                     + (f" ({row['context']})" if row["context"] else ""),
                     METRICS[row["metric"]],
                     f"{row['n_a']}, {row['n_b']}",
-                    f"{_fmt(row['difference'])} {_ci(row, 'difference', n)}",
-                    f"U={_fmt(row['mannwhitney_u'])}, p={_fmt(row['p_value'], 3)} "
-                    f"(adj. {_fmt(row['p_adjusted'], 3)})",
-                    f"{_fmt(row['prob_improvement'], 3)} "
-                    + _ci(row, "prob_improvement", n),
+                    f"{fmt(row['difference'])} {ci(row, 'difference', n)}",
+                    f"U={fmt(row['mannwhitney_u'])}, p={fmt(row['p_value'], 3)} "
+                    f"(adj. {fmt(row['p_adjusted'], 3)})",
+                    f"{fmt(row['prob_improvement'], 3)} "
+                    + ci(row, "prob_improvement", n),
                     _room(row),
                 ]
             )
         lines += [
-            _markdown(
+            markdown(
                 [
                     "A vs B",
                     "metric",
@@ -575,7 +515,6 @@ __all__ = [
     "RUN_COLUMNS",
     "cells_table",
     "comparisons_table",
-    "curves",
     "heldout_columns",
     "preregistered_table",
     "summary_table",

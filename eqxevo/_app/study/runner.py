@@ -5,6 +5,7 @@ own run directory through `eqxevo.experiment.Run`; the study folder's files.
 import contextlib
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,36 @@ def is_done(out: str | Path, run: Trial) -> bool:
     return bool(summary.get("complete")) and (
         summary.get("generations") == run.experiment.run.generations
     )
+
+
+HELDOUT_COLUMNS: dict[str, str] = {
+    "heldout_mean": "held-out fitness of the final genome (mean over lifetimes)",
+    "heldout_ci_low": "95% CI of heldout_mean, low",
+    "heldout_ci_high": "95% CI of heldout_mean, high",
+    "heldout_genome": "which final genome: the search mean, or the best (no mean)",
+    "heldout_episodes": "held-out lifetimes per genome",
+    "heldout_best_mean": "held-out fitness of the best genome seen in training",
+}
+"""cells.csv columns from each run's held-out evaluation (summary.json's
+`"heldout"`)."""
+
+
+def heldout_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """`HELDOUT_COLUMNS` from a summary's `"heldout"` entry (None where absent):
+    the search mean's figures, or the best genome's where there is no mean."""
+    heldout = summary.get("heldout") or {}
+    best = heldout.get("best") or {}
+    final, genome = heldout.get("mean"), "mean"
+    if final is None:
+        final, genome = best, "best" if best else None
+    return {
+        "heldout_mean": final.get("mean"),
+        "heldout_ci_low": final.get("ci_low"),
+        "heldout_ci_high": final.get("ci_high"),
+        "heldout_genome": genome,
+        "heldout_episodes": final.get("episodes"),
+        "heldout_best_mean": best.get("mean"),
+    }
 
 
 # -- the study folder ---------------------------------------------------------------
@@ -266,7 +297,9 @@ def run_program(
 
 
 __all__ = [
+    "HELDOUT_COLUMNS",
     "check_same_study",
+    "heldout_columns",
     "is_done",
     "load_plan",
     "load_study",

@@ -34,6 +34,7 @@ from .checks import (
     raise_all,
     size_fault,
 )
+from .tuning import Tune, parse_tune, parse_tuned
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +84,9 @@ class Study:
         max_runs_per_program: groups larger than this are split (None: no limit).
         compare: the pre-registered comparisons (`[[study.compare]]`).
         slurm: submitit parameters from `[study.slurm]`.
+        tune: the tuning table (`[study.tune]`; `eqxevo._app.study.tuning`).
+        tuned: `{arm: {key: value}}`, the settings `eqxevo study tune` chose,
+            set over each arm's changes (`study.tuned`; {} before tuning).
         data: the study as plain data, base merged in (`from_dict(data)` gives
             the same study; a study's output folder keeps it as study.json).
     """
@@ -96,12 +100,14 @@ class Study:
     compare: tuple[Comparison, ...]
     slurm: dict[str, Any]
     data: dict[str, Any]
+    tune: Tune | None = None
+    tuned: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def runs(self) -> tuple[Trial, ...]:
         """Every run: cells in order, seeds inner."""
         return tuple(
-            Trial(cell, seed, _with_seed(cell.experiment, seed))
+            Trial(cell, seed, with_seed(cell.experiment, seed))
             for cell in self.cells
             for seed in self.seeds
         )
@@ -113,7 +119,7 @@ class Study:
         raise KeyError(name)
 
 
-def _with_seed(experiment: Experiment, seed: int) -> Experiment:
+def with_seed(experiment: Experiment, seed: int) -> Experiment:
     return dataclasses.replace(
         experiment, run=dataclasses.replace(experiment.run, seed=seed)
     )
@@ -244,13 +250,15 @@ def from_dict(data: Mapping[str, Any], root: Path | None = None) -> Study:
     arms = parse_arms(study.get("arms"), base_arm, axes, errors)
     compare = parse_compare(study.get("compare"), arms, errors)
     slurm = parse_slurm(study.get("slurm", {}), errors)
+    tune = parse_tune(study.get("tune"), seeds, arms, axes, errors)
+    tuned = parse_tuned(study.get("tuned"), tune, arms, errors)
     if seeds and (fault := size_fault(seeds, axes, arms)):
         errors.append(fault)
     raise_all(errors)
 
-    cells = _cells(experiment, axes, arms, errors)
+    changed = {arm: {**changes, **tuned.get(arm, {})} for arm, changes in arms.items()}
+    cells = _cells(experiment, axes, changed, errors)
     raise_all(errors)
-    resolved = {"study": dict(study), **experiment}
     return Study(
         name=str(name),  # checked above
         seeds=seeds,
@@ -260,8 +268,27 @@ def from_dict(data: Mapping[str, Any], root: Path | None = None) -> Study:
         max_runs_per_program=limit,
         compare=compare,
         slurm=slurm,
-        data=resolved,
+        data={"study": dict(study), **experiment},
+        tune=tune,
+        tuned=tuned,
     )
+
+
+def variant_cells(
+    study: Study, arm: str, changes: Mapping[str, Any], label: str
+) -> list[Cell]:
+    """The cells of `arm` with `changes` set over its own (a tuning trial's
+    settings), named `label` and the axis values; in axis order.
+
+    Raises:
+        StudyError: a cell's experiment fails validation.
+    """
+    errors: list[str] = []
+    experiment = {k: v for k, v in study.data.items() if k != "study"}
+    arms = {label: {**study.arms[arm], **changes}}
+    cells = _cells(experiment, study.axes, arms, errors, name_arm=True)
+    raise_all(errors)
+    return [dataclasses.replace(c, arm=arm) for c in cells]
 
 
 def _cells(
@@ -269,8 +296,11 @@ def _cells(
     axes: Mapping[str, list[Any]],
     arms: Mapping[str, Mapping[str, Any]],
     errors: list[str],
+    *,
+    name_arm: bool = False,
 ) -> list[Cell]:
-    """Every cell, validated; faults go to `errors` (one line per distinct fault)."""
+    """Every cell, validated; faults go to `errors` (one line per distinct fault).
+    `name_arm`: the arm names each cell even when it is the only one."""
     cells = []
     slugs: dict[str, str] = {}
     faults: dict[str, list[str]] = {}  # message -> the cells with it
@@ -278,7 +308,7 @@ def _cells(
         for combo in itertools.product(*axes.values()):
             values = dict(zip(axes, combo, strict=True))
             # The arm names the cell only when there is more than one to tell apart.
-            parts = [arm] if len(arms) > 1 or not values else []
+            parts = [arm] if len(arms) > 1 or not values or name_arm else []
             parts += [f"{k}={format_value(v)}" for k, v in values.items()]
             cell_name = ",".join(parts)
             # Arm changes first, axis values over them (an axis may vary a key an
@@ -357,4 +387,6 @@ __all__ = [
     "from_dict",
     "load",
     "require",
+    "variant_cells",
+    "with_seed",
 ]

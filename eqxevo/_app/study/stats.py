@@ -1,184 +1,30 @@
-"""A study's statistics, every one from a kept library (docs/studies.md, "The report").
-
-- Per cell, the interquartile mean (IQM) of the runs' scores with a 95%
-  stratified-bootstrap interval: rliable (Agarwal et al. 2021, "Deep
-  reinforcement learning at the edge of the statistical precipice").
-- Per pair of cells, the probability of improvement P(A > B) with its
-  stratified-bootstrap interval: rliable.
-- The mean, differences of means and learning-curve bands: scipy's percentile
-  bootstrap (`scipy_interval`).
-- Per declared comparison (`[[study.compare]]`): its one declared test (Welch's
-  t or Mann-Whitney U from scipy, or a bootstrap of the difference of means),
-  in the declared direction or as two one-sided tests within a margin (TOST),
-  Holm-corrected over the declared comparisons (statsmodels), and the verdict
-  that test supports at `ALPHA`.
-
-No interval is given for fewer than `MIN_RUNS_FOR_CI` runs (see there).
+"""A study's declared tests (`[[study.compare]]`): Welch's t, Mann-Whitney U or a
+bootstrap of the difference of means, in the declared direction or as TOST,
+Holm-corrected (statsmodels), and their verdicts (docs/studies.md, "The report").
 """
 
-import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from jaxtyping import Float
+from scipy import stats
 
 from .checks import Comparison
+from .intervals import RESAMPLES, SEED, probability_of_improvement
 from .spec import require
-
-CONFIDENCE = 0.95
-RESAMPLES = 9999
-SEED = 0
-"""Bootstrap resamples (read at each call: a function's `resamples=None`) and
-their seed: a report is reproducible. rliable's resampling loop is Python: an
-IQM interval of 9,999 resamples takes about 2 s, a P(A > B) interval 5 s."""
 
 ALPHA = 0.05
 """The level every declared comparison is decided at, after Holm's correction."""
 
-CURVE_RESAMPLES = 2000
-"""Resamples for a fitness curve's band: one interval per generation, drawn on a
-plot, not read as a figure."""
-
-MIN_RUNS_FOR_CI = 5
-"""Fewer runs than this give no interval ("n too small" in tables, no band or
-error bar in figures). A bootstrap interval resamples the runs themselves: from
-2 runs every resample's mean lies between them, so a "95% interval" is just
-their min-max. Measured coverage of a nominal 95% percentile-bootstrap interval
-of a mean (normal samples, 4000 x 2000 resamples): 51% at n = 2, 74% at 3, 79%
-at 4, 84% at 5, 90% at 10."""
-
-
-def enough_runs(*samples: Sequence[float] | np.ndarray) -> bool:
-    """Whether every sample has at least `MIN_RUNS_FOR_CI` runs."""
-    return all(len(s) >= MIN_RUNS_FOR_CI for s in samples)
-
-
-def _rliable(purpose: str) -> tuple[Any, Any]:
-    library = require("rliable.library", purpose)
-    metrics = require("rliable.metrics", purpose)
-    return library, metrics
-
-
-@contextlib.contextmanager
-def _seeded() -> Any:
-    """rliable 1.2 draws its resamples from NumPy's global generator
-    (`np.random.choice` in `update_indices`; its `random_state` argument does
-    not reach them): seeded with `SEED` here, and put back as it was after."""
-    saved = np.random.get_state()
-    np.random.seed(SEED)
-    try:
-        yield
-    finally:
-        np.random.set_state(saved)
-
-
-def _column(values: Any) -> np.ndarray:
-    """Scores as rliable takes them: `(runs, tasks)`, one task."""
-    return np.asarray(values, np.float64).reshape(-1, 1)
-
-
-def scipy_interval(
-    samples: tuple[Any, ...], statistic: Any, **options: Any
-) -> tuple[Any, Any]:
-    """`(low, high)`: the 95% percentile-bootstrap CI of `statistic` over
-    `samples` (`scipy.stats.bootstrap`, `RESAMPLES` resamples unless
-    `n_resamples` is given, from a fixed seed); the caller checks
-    `enough_runs`."""
-    from scipy import stats
-
-    ci = stats.bootstrap(
-        samples,
-        statistic,
-        confidence_level=CONFIDENCE,
-        n_resamples=options.pop("n_resamples", RESAMPLES),
-        method="percentile",
-        rng=np.random.default_rng(SEED),
-        **options,
-    ).confidence_interval
-    return ci.low, ci.high
-
-
-def mean_interval(values: Float[np.ndarray, " runs"]) -> tuple[float, float]:
-    """95% percentile-bootstrap CI of the mean (NaN with fewer than
-    `MIN_RUNS_FOR_CI` values)."""
-    x = np.asarray(values, np.float64)
-    if not enough_runs(x):
-        return math.nan, math.nan
-    low, high = scipy_interval((x,), np.mean)
-    return float(low), float(high)
-
-
-def curve_band(
-    values: Float[np.ndarray, "seeds generations"],
-) -> tuple[
-    Float[np.ndarray, " generations"],
-    Float[np.ndarray, " generations"],
-    Float[np.ndarray, " generations"],
-]:
-    """Mean over seeds per generation and its 95% bootstrap CI (NaN bands with
-    fewer than `MIN_RUNS_FOR_CI` seeds, or where a seed has not reached the
-    generation)."""
-    mean = np.nanmean(values, axis=0) if values.size else values
-    low = np.full(values.shape[1], np.nan)
-    high = np.full(values.shape[1], np.nan)
-    complete = ~np.isnan(values).any(axis=0)
-    if values.shape[0] >= MIN_RUNS_FOR_CI and complete.any():
-        low[complete], high[complete] = scipy_interval(
-            (values[:, complete],), np.mean, axis=0, n_resamples=CURVE_RESAMPLES
-        )
-    return mean, low, high
-
-
-def iqm_interval(
-    values: Float[np.ndarray, " runs"], resamples: int | None = None
-) -> tuple[float, float, float]:
-    """`(iqm, low, high)`: the interquartile mean of the runs' scores and its 95%
-    stratified-bootstrap interval (NaN bounds with fewer than `MIN_RUNS_FOR_CI`
-    runs; NaN IQM with none)."""
-    library, metrics = _rliable("the IQM of a study's runs")
-    x = _column(values)
-    if x.size == 0:
-        return math.nan, math.nan, math.nan
-    centre = float(metrics.aggregate_iqm(x))
-    if not enough_runs(x):
-        return centre, math.nan, math.nan
-    with _seeded():
-        _, intervals = library.get_interval_estimates(
-            {"cell": x},
-            lambda scores: np.array([metrics.aggregate_iqm(scores)]),
-            reps=RESAMPLES if resamples is None else resamples,
-            confidence_interval_size=CONFIDENCE,
-        )
-    low, high = intervals["cell"][:, 0]
-    return centre, float(low), float(high)
-
-
-def probability_of_improvement(
-    a: Float[np.ndarray, " runs_a"],
-    b: Float[np.ndarray, " runs_b"],
-    resamples: int | None = None,
-) -> tuple[float, float, float]:
-    """`(p, low, high)`: P(A > B), the probability that a run of A scores above a
-    run of B (ties count one half), with its 95% stratified-bootstrap interval
-    (NaN bounds with fewer than `MIN_RUNS_FOR_CI` runs in either)."""
-    library, metrics = _rliable("the probability of improvement")
-    x, y = _column(a), _column(b)
-    if x.size == 0 or y.size == 0:
-        return math.nan, math.nan, math.nan
-    p = float(metrics.probability_of_improvement(x, y))
-    if not enough_runs(x, y):
-        return p, math.nan, math.nan
-    with _seeded():
-        _, intervals = library.get_interval_estimates(
-            {"pair": (x, y)},
-            metrics.probability_of_improvement,
-            reps=RESAMPLES if resamples is None else resamples,
-            confidence_interval_size=CONFIDENCE,
-        )
-    low, high = np.ravel(intervals["pair"])
-    return p, float(low), float(high)
+TESTS: dict[str, tuple[str, str]] = {
+    "welch": ("Welch's t", "t"),
+    "mwu": ("Mann-Whitney U", "U"),
+    "bootstrap": ("bootstrap of the difference of means", "d"),
+}
+"""Each declared test (`[[study.compare]]`'s `test`): its name in the report and
+in `undecidable`'s lines, and the symbol of its statistic."""
 
 
 def _test(
@@ -186,8 +32,6 @@ def _test(
 ) -> tuple[float, float]:
     """`(statistic, p)` of one declared test of A + `shift` against B in the
     direction `alternative` ("greater", "less" or "two-sided")."""
-    from scipy import stats
-
     if test == "welch":
         r: Any = stats.ttest_ind(a + shift, b, equal_var=False, alternative=alternative)
         return float(r.statistic), float(r.pvalue)
@@ -217,9 +61,6 @@ def _bootstrap_test(
     return float(a.mean() - b.mean()), float(p)
 
 
-_NAMES = {"welch": "Welch's t", "mwu": "Mann-Whitney U", "bootstrap": "bootstrap"}
-
-
 def smallest_p(test: str, alternative: str, n_a: int, n_b: int) -> float:
     """The smallest p-value the declared test can give with `n_a` and `n_b` runs,
     whatever the scores: 1 with fewer than 2 a side (no test); Mann-Whitney U's
@@ -244,7 +85,7 @@ def undecidable(comparisons: Sequence[Comparison], runs: int) -> list[str]:
         p = smallest_p(c.test, c.alternative, runs, runs)
         if p >= ALPHA:
             lines.append(
-                f"study.compare[{i}] ({c.a} vs {c.b}): {_NAMES[c.test]} with "
+                f"study.compare[{i}] ({c.a} vs {c.b}): {TESTS[c.test][0]} with "
                 f"{runs} seed{'s' if runs != 1 else ''} a side cannot reach "
                 f"p < {ALPHA} (its smallest p is {p:.3g}); add seeds or declare "
                 "another test"
@@ -327,18 +168,8 @@ def preregistered_tests(
 
 __all__ = [
     "ALPHA",
-    "CONFIDENCE",
-    "CURVE_RESAMPLES",
-    "MIN_RUNS_FOR_CI",
-    "RESAMPLES",
-    "SEED",
-    "curve_band",
-    "enough_runs",
-    "iqm_interval",
-    "mean_interval",
+    "TESTS",
     "preregistered_tests",
-    "probability_of_improvement",
-    "scipy_interval",
     "smallest_p",
     "undecidable",
     "verdict",
