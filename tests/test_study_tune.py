@@ -235,29 +235,29 @@ def _trials(journal: Path) -> list[tuple]:
     return sorted(trials, key=lambda t: (t[0], t[3]["trial"]))
 
 
-_TUNED: list[Path] = []
-
-
-@pytest.fixture(scope="module")
-def tuned(tmp_path_factory) -> Path:
-    """TUNED's study folder, tuned in this process (compiled programs counted)."""
-    if _TUNED:
-        return _TUNED[0]
-    folder = tmp_path_factory.mktemp("tune")
+def _tune_here(folder: Path) -> int:
+    """TUNED tuned in this process, in FOLDER/out; the programs it compiled."""
     file = write_study(folder, TUNED)
     before = eqx.debug.get_num_traces(run_chunk)
     tune(load(file), folder / "out", quiet=True)
-    (folder / "traces").write_text(str(eqx.debug.get_num_traces(run_chunk) - before))
-    _TUNED.append(folder)
-    return folder
+    return eqx.debug.get_num_traces(run_chunk) - before
 
 
+# One test, so that the reference tune runs once (xdist would run a shared
+# fixture once per worker).
 @pytest.mark.slow
-def test_a_tune_chooses_each_arms_best_trial_and_study_run_evaluates_it(tuned):
+def test_a_tune_chooses_the_best_trials_sizes_seeds_and_resumes_after_kills(tmp_path):
+    tuned = tmp_path / "reference"
+    # Two shapes, two programs; the second batch reuses both.
+    assert _tune_here(tuned) == 2
+    _chooses_each_arms_best_trial_and_study_run_evaluates_it(tuned)
+    _plan_power_sizes_each_comparison_from_the_tuned_spread(tuned)
+    _a_tune_killed_or_preempted_resumes_to_the_same_choice(tmp_path / "killed", tuned)
+
+
+def _chooses_each_arms_best_trial_and_study_run_evaluates_it(tuned: Path) -> None:
     out = tuned / "out"
     study = load(tuned / "tiny.toml")
-    # Two shapes, two programs; the second batch reuses both.
-    assert (tuned / "traces").read_text() == "2"
     trials = _trials(tune_dir(out) / "optuna.jsonl")
     assert len(trials) == 2 * 4  # the same budget for each arm
     chosen = read_chosen(out)
@@ -307,8 +307,7 @@ def test_a_tune_chooses_each_arms_best_trial_and_study_run_evaluates_it(tuned):
         tune(other, out, quiet=True)
 
 
-@pytest.mark.slow
-def test_plan_power_sizes_each_comparison_from_the_tuned_spread(tuned):
+def _plan_power_sizes_each_comparison_from_the_tuned_spread(tuned: Path) -> None:
     from eqxevo._app.study.power import seeds_needed
 
     out = tuned / "out"
@@ -361,8 +360,9 @@ def _tune_until(file: Path, out: Path, log: Path, ready) -> subprocess.Popen:
     return child
 
 
-@pytest.mark.slow
-def test_a_tune_killed_or_preempted_resumes_to_the_same_choice(tmp_path, tuned):
+def _a_tune_killed_or_preempted_resumes_to_the_same_choice(
+    tmp_path: Path, tuned: Path
+) -> None:
     file = write_study(tmp_path, TUNED)
     out = tmp_path / "out"
     journal = tune_dir(out) / "optuna.jsonl"
