@@ -112,6 +112,11 @@ class Study:
             for seed in self.seeds
         )
 
+    @property
+    def experiment_data(self) -> dict[str, Any]:
+        """The experiment tables every cell starts from (`data` less `study`)."""
+        return {k: v for k, v in self.data.items() if k != "study"}
+
     def cell(self, name: str) -> Cell:
         for cell in self.cells:
             if name in (cell.name, cell.slug):
@@ -284,9 +289,8 @@ def variant_cells(
         StudyError: a cell's experiment fails validation.
     """
     errors: list[str] = []
-    experiment = {k: v for k, v in study.data.items() if k != "study"}
     arms = {label: {**study.arms[arm], **changes}}
-    cells = _cells(experiment, study.axes, arms, errors, name_arm=True)
+    cells = _cells(study.experiment_data, study.axes, arms, errors, name_arm=True)
     raise_all(errors)
     return [dataclasses.replace(c, arm=arm) for c in cells]
 

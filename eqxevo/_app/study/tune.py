@@ -199,8 +199,8 @@ def _settings(study: Study) -> dict[str, Any]:
     tune.pop("trials", None)
     return {
         "tune": tune,
-        "experiment": {k: v for k, v in study.data.items() if k != "study"},
-        "arms": {a: {k: v for k, v in c.items()} for a, c in study.arms.items()},
+        "experiment": study.experiment_data,
+        "arms": study.arms,
         "axes": study.axes,
     }
 
