@@ -251,14 +251,16 @@ def main() -> None:
         ]
         names = DISTRIBUTED
     else:
-        # every device, and the first two of them (a 2-device run)
+        # every scenario on every device; the scenarios of `DISTRIBUTED` also on
+        # the first two devices (a 2-device run: blocks of another size)
         meshes = [eqxevo.population_mesh(), eqxevo.population_mesh(jax.devices()[:2])]
         names = tuple(SCENARIOS)
     jax.config.update("jax_numpy_dtype_promotion", "strict")
 
     arrays: dict[str, np.ndarray] = {}
     for mesh in meshes:
-        for name in names:
+        ran = names if mesh.size == jax.device_count() else DISTRIBUTED
+        for name in ran:
             for i, leaf in enumerate(flatten(SCENARIOS[name](mesh))):
                 arrays[f"{mesh.size}/{name}/{i}"] = leaf
         arrays[f"{mesh.size}/errors"] = np.asarray(errors(mesh))

@@ -247,3 +247,45 @@ def test_every_independent_fault_is_listed_at_once_one_line_each(tmp_path):
     assert len(lines) == len(expected)
     for line, phrase in zip(lines, expected, strict=True):
         assert line.startswith("  ") and phrase in line, (line, phrase)
+
+
+# In a fresh process (the device count is fixed when JAX starts): `study run`
+# and `study tune --devices 2` of a gymnax study, whose loading imports gymnax,
+# which starts JAX. The commands must make the cores devices before that; the
+# work itself is replaced by a spy that prints the mesh it was handed.
+_GYMNAX_DEVICES = """
+import sys
+from click.testing import CliRunner
+import eqxevo._app.study.executor as executor
+import eqxevo._app.study.tune as tune
+from eqxevo._app.cli import main
+
+meshes = []
+def spy(study, out, chosen, **kwargs):
+    meshes.append(None if chosen.mesh is None else chosen.mesh.size)
+    return {"done": 0, "runs": 0, "arms": {}, "trials": 0}
+executor.run_study = tune.tune = spy
+file, out = sys.argv[1:]
+for command in ("run", "tune"):
+    args = ["study", command, file, "--out", out, "--devices", "2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, (result.output, result.exception)
+print(meshes)
+"""
+
+
+def test_devices_are_cores_even_when_loading_the_study_starts_jax(tmp_path):
+    import subprocess
+    import sys
+
+    file = tmp_path / "gymnax.toml"
+    file.write_text(
+        '[study]\nname = "g"\nseeds = 2\n'
+        '[env]\nname = "gymnax:BernoulliBandit-misc"\n'
+        '[net]\nname = "mlp"\n[strategy]\npopulation_size = 4\n'
+        "[run]\ngenerations = 1\nlifetime = 4\n"
+    )
+    command = [sys.executable, "-c", _GYMNAX_DEVICES, str(file), str(tmp_path / "o")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "[2, 2]"

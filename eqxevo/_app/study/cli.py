@@ -230,15 +230,16 @@ def run(
     from .executor import LocalExecutor, SubmititExecutor, run_study
     from .spec import StudyError
 
+    # On a CPU, before JAX starts (loading the study may import an environment
+    # package that starts it, as gymnax does): cores as devices.
+    mesh = devices_mesh(devices) if executor == "local" else None
     spec = _load(file)
     _decidable(spec, allow_undecidable)
     path = _out(spec, out)
     spec = _tuned(spec, path)
-    # Before JAX starts: until a chunk is saved a signal exits at once; after,
-    # the first one stops after the running chunk (eqxevo._app.interrupts).
+    # Until a chunk is saved a signal exits at once; after, the first one stops
+    # after the running chunk (eqxevo._app.interrupts).
     stop = _stop("run", file, path)
-    # On a CPU, before JAX starts (each run is built next): cores as devices.
-    mesh = devices_mesh(devices) if executor == "local" else None
     check_split(
         devices,
         sorted(
@@ -294,10 +295,10 @@ def tune(file: str, out: str | None, quiet: bool, devices: int) -> None:
     from .spec import StudyError
     from .tune import tune as run_tune
 
+    mesh = devices_mesh(devices)  # before JAX starts, as in `study run`
     spec = _load(file)
     path = _out(spec, out)
     stop = _stop("tune", file, path)
-    mesh = devices_mesh(devices)
     try:
         with stop:
             chosen = run_tune(
