@@ -70,7 +70,7 @@ def _refused(tmp_path, text):
     out = tmp_path / "out"
     # without the suite's shared cache, as a user runs it: OUT/.jax_cache would
     # be made if the study got that far
-    shared = jax.config.jax_compilation_cache_dir
+    shared = jax.config.values["jax_compilation_cache_dir"]
     jax.config.update("jax_compilation_cache_dir", None)
     try:
         result = CliRunner().invoke(
@@ -289,3 +289,45 @@ def test_devices_are_cores_even_when_loading_the_study_starts_jax(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == "[2, 2]"
+
+
+# -- a signal while the study file loads ------------------------------------------
+
+_SIGNAL_WHILE_LOADING = """
+import os, signal, sys, time
+import eqxevo._app.study.spec as spec
+
+def load(file):  # loading a study may import a package that starts JAX
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+
+spec.load = load
+sys.argv = ["eqxevo", *sys.argv[1:]]
+from eqxevo.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize("command", ["run", "tune"])
+def test_a_signal_while_the_study_loads_names_the_command_that_continues(
+    tmp_path, command
+):
+    import subprocess
+    import sys
+
+    file, out = tmp_path / "study.toml", tmp_path / "out"
+    file.write_text(GOOD)
+    args = ["study", command, str(file), "--out", str(out), "--devices", "2"]
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_WHILE_LOADING, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 143, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"every run keeps its last saved chunk; continue with "
+        f"`eqxevo study {command} {file} --out {out}`"
+    )
+    assert "Traceback" not in done.stderr
+    assert not out.exists()

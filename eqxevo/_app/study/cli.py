@@ -61,21 +61,29 @@ def _tuned(spec: Any, out: Path) -> Any:
         fail(err)
 
 
-def _stop(command: str, file: str, path: Path) -> StopRequest:
+def _again(command: str, file: str, out: str | None) -> str:
+    """The command that continues a stopped `study run`/`study tune`."""
+    return f"eqxevo study {command} {file}" + (f" --out {out}" if out else "")
+
+
+def _stop(command: str, file: str, out: str | None) -> StopRequest:
     """The CLI's stop request: a first Ctrl-C/SIGTERM stops after the running
-    chunk, every run saved (eqxevo._app.interrupts); installed before JAX starts."""
+    chunk, every run saved (eqxevo._app.interrupts). Entered before the study is
+    loaded: loading may import an environment package that starts JAX."""
     return StopRequest(
         lambda: (
             f"every run keeps its last saved chunk; continue with "
-            f"`eqxevo study {command} {file} --out {path}`"
+            f"`{_again(command, file, out)}`"
         )
     )
 
 
-def _interrupted(command: str, file: str, path: Path, stop: StopRequest) -> NoReturn:
+def _interrupted(
+    command: str, file: str, out: str | None, stop: StopRequest
+) -> NoReturn:
     click.echo(
         f"\ninterrupted; every run keeps its last chunk. Continue with the same "
-        f"command (eqxevo study {command} {file} --out {path}).",
+        f"command ({_again(command, file, out)}).",
         err=True,
     )
     sys.exit(exit_code(stop.signum) if stop.signum is not None else 130)
@@ -230,36 +238,40 @@ def run(
     from .executor import LocalExecutor, SubmititExecutor, run_study
     from .spec import StudyError
 
-    # On a CPU, before JAX starts (loading the study may import an environment
-    # package that starts it, as gymnax does): cores as devices.
-    mesh = devices_mesh(devices) if executor == "local" else None
-    spec = _load(file)
-    _decidable(spec, allow_undecidable)
-    path = _out(spec, out)
-    spec = _tuned(spec, path)
-    # Until a chunk is saved a signal exits at once; after, the first one stops
-    # after the running chunk (eqxevo._app.interrupts).
-    stop = _stop("run", file, path)
-    check_split(
-        devices,
-        sorted(
-            {
-                (f"cell {r.cell.name!r}: ", r.experiment.strategy.population_size)
-                for r in spec.runs
-            }
-        ),
-    )
-    chosen: Any = LocalExecutor(stop, mesh)
-    if executor != "local":  # each job builds its mesh from its own devices
-        cluster = "slurm" if executor == "slurm" else "local"
-        chosen = SubmititExecutor(
-            cluster, spec.slurm, force_resubmit=force_resubmit, devices=devices
-        )
+    stop = _stop("run", file, out)
     try:
+        # Until a chunk is saved a signal exits at once; after, the first one
+        # stops after the running chunk (eqxevo._app.interrupts).
         with stop:
+            # On a CPU, before JAX starts (loading the study may import an
+            # environment package that starts it, as gymnax does): cores as
+            # devices.
+            mesh = devices_mesh(devices) if executor == "local" else None
+            spec = _load(file)
+            _decidable(spec, allow_undecidable)
+            path = _out(spec, out)
+            spec = _tuned(spec, path)
+            check_split(
+                devices,
+                sorted(
+                    {
+                        (
+                            f"cell {r.cell.name!r}: ",
+                            r.experiment.strategy.population_size,
+                        )
+                        for r in spec.runs
+                    }
+                ),
+            )
+            chosen: Any = LocalExecutor(stop, mesh)
+            if executor != "local":  # each job builds its mesh from its own devices
+                cluster = "slurm" if executor == "slurm" else "local"
+                chosen = SubmititExecutor(
+                    cluster, spec.slurm, force_resubmit=force_resubmit, devices=devices
+                )
             result = run_study(spec, path, chosen, quiet=quiet, compilation_cache=True)
     except KeyboardInterrupt:
-        _interrupted("run", file, path, stop)
+        _interrupted("run", file, out, stop)
     except (StudyError, CheckpointError, LockedError) as err:
         fail(err)
     click.echo(
@@ -295,12 +307,12 @@ def tune(file: str, out: str | None, quiet: bool, devices: int) -> None:
     from .spec import StudyError
     from .tune import tune as run_tune
 
-    mesh = devices_mesh(devices)  # before JAX starts, as in `study run`
-    spec = _load(file)
-    path = _out(spec, out)
-    stop = _stop("tune", file, path)
+    stop = _stop("tune", file, out)
     try:
-        with stop:
+        with stop:  # before JAX starts, as in `study run`
+            mesh = devices_mesh(devices)
+            spec = _load(file)
+            path = _out(spec, out)
             chosen = run_tune(
                 spec,
                 path,
@@ -309,7 +321,7 @@ def tune(file: str, out: str | None, quiet: bool, devices: int) -> None:
                 compilation_cache=True,
             )
     except KeyboardInterrupt:
-        _interrupted("tune", file, path, stop)
+        _interrupted("tune", file, out, stop)
     except (StudyError, CheckpointError, LockedError) as err:
         fail(err)
     for arm, entry in chosen["arms"].items():
