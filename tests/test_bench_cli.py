@@ -78,6 +78,7 @@ def test_quick_adds_the_ci_parts_and_only_picks_parts(planned, tmp_path):
         "bits",
         "determinism",
         "gymnax",
+        "qd",
     }
 
 

@@ -150,3 +150,46 @@ def test_trajectory_figure_labels_axes_colour_bars_and_markers(trajectory):
     _assert_labels(panel, "x (arena units)", "y (arena units)", legend)
     assert colourbar.get_ylabel() == "concentration (field value)"
     assert fig.get_suptitle().startswith("Chemotaxis: fitness ")
+
+
+# -- MAP-Elites archives ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["grid", "cvt", "grid 3d"])
+def test_an_archive_heatmap_is_labelled_and_says_its_coverage(tmp_path, kind):
+    import jax.numpy as jnp
+
+    from eqxevo._app.figures import archive_figure, save_figure
+    from eqxevo._src.qd.archive import Archive
+
+    archive = {
+        "grid": lambda: Archive.grid((8, 6), 0.0, 1.0),
+        "cvt": lambda: Archive.cvt(40, [0.0, 0.0], [1.0, 1.0], key=jr.key(0)),
+        "grid 3d": lambda: Archive.grid((4, 4, 3), 0.0, 1.0),
+    }[kind]()
+    d = archive.descriptor_size
+    points = jr.uniform(jr.key(1), (30, d))
+    contents, _ = archive.insert(
+        archive.init(1), jnp.ones((30, 1)), jnp.sum(points, -1), points
+    )
+    figure = archive_figure(archive, contents, labels=("x (m)", "y (m)"), title="arm")
+    ax = figure.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("x (m)", "y (m)")
+    filled = int(jnp.sum(contents.filled))
+    coverage = 100 * filled / archive.num_cells
+    assert ax.get_title() == (
+        f"arm\ncoverage {coverage:.1f}% of {archive.num_cells} cells, QD score "
+        f"{float(jnp.sum(jnp.where(contents.filled, contents.fitness, 0))):.4g}"
+    )
+    assert figure.axes[1].get_ylabel() == "elite fitness"
+    path = save_figure(figure, tmp_path / "archive.png")
+    assert path.stat().st_size > 1000
+
+
+def test_an_archive_heatmap_needs_two_descriptor_dimensions():
+    from eqxevo._app.figures import archive_figure
+    from eqxevo._src.qd.archive import Archive
+
+    archive = Archive.grid((5,), 0.0, 1.0)
+    with pytest.raises(ValueError, match="needs at least 2 descriptor dimensions"):
+        archive_figure(archive, archive.init(1))

@@ -18,9 +18,11 @@ PACKAGES = (
     "eqxevo.experiment",
     "eqxevo.study",
     "eqxevo.testing",
+    "eqxevo.qd",
 )
-BUDGET = 125
-"""At most this many public names across the faces (the goal: about 120)."""
+BUDGET = 130
+"""At most this many public names across the faces (the goal: about 120; 125
+before quality-diversity's four)."""
 
 
 def _file(package: str) -> Path:

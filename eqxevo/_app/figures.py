@@ -1,4 +1,5 @@
-"""Every figure eqxevo draws: fitness curves of a run, pictures of a lifetime.
+"""Every figure eqxevo draws: fitness curves of a run, pictures of a lifetime,
+MAP-Elites archives.
 
 See docs/internals.md ("Figures").
 """
@@ -20,6 +21,7 @@ from eqxevo._src._types import PRNGKey
 from eqxevo._src.envs.arena import AbstractArenaEnv
 from eqxevo._src.envs.base import EnvParams
 from eqxevo._src.nets.base import AbstractPolicy
+from eqxevo._src.qd.archive import Archive, ArchiveState
 from eqxevo._src.trajectory import Trajectory, record
 
 
@@ -398,3 +400,62 @@ __all__ = [
     "save_figure",
     "trajectory_figure",
 ]
+
+
+def archive_figure(
+    archive: Archive,
+    contents: ArchiveState,
+    *,
+    labels: Sequence[str] = ("descriptor 0", "descriptor 1"),
+    title: str = "",
+) -> Any:
+    """A MAP-Elites archive as a heatmap of its elites' fitness over the first
+    two descriptor dimensions (a grid's cells as squares, a CVT's as points at
+    their centroids; empty cells left blank; over more dimensions, each square
+    shows the best elite of the cells above it). The title gives the coverage
+    and the QD score."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if archive.descriptor_size < 2:
+        raise ValueError(
+            f"an archive heatmap needs at least 2 descriptor dimensions; this "
+            f"archive has {archive.descriptor_size}"
+        )
+    fitness = np.asarray(contents.fitness, np.float64)
+    filled = np.isfinite(fitness)
+    metrics = {k: float(v) for k, v in archive.metrics(contents).items()}
+    lo, hi = np.asarray(archive.lower), np.asarray(archive.upper)
+    figure = Figure(figsize=(5.6, 4.6))
+    FigureCanvasAgg(figure)
+    ax = figure.add_subplot()
+    if archive.shape is not None:
+        grid = np.where(filled, fitness, -np.inf).reshape(archive.shape)
+        grid = grid.reshape(*archive.shape[:2], -1).max(axis=-1)
+        grid = np.where(np.isfinite(grid), grid, np.nan)
+        image = ax.imshow(
+            grid.T,
+            origin="lower",
+            extent=(lo[0], hi[0], lo[1], hi[1]),
+            aspect="auto",
+            cmap="viridis",
+            interpolation="nearest",
+        )
+    else:
+        centroids = np.asarray(archive.centroids)
+        ax.scatter(*centroids[~filled, :2].T, s=4, color="0.85", label="empty")
+        image = ax.scatter(
+            *centroids[filled, :2].T, c=fitness[filled], s=8, cmap="viridis"
+        )
+        ax.set_xlim(lo[0], hi[0])
+        ax.set_ylim(lo[1], hi[1])
+    figure.colorbar(image, ax=ax, label="elite fitness")
+    ax.set_xlabel(labels[0])
+    ax.set_ylabel(labels[1])
+    summary = (
+        f"coverage {100 * metrics['coverage']:.1f}% of {archive.num_cells} cells, "
+        f"QD score {metrics['qd_score']:.4g}"
+    )
+    ax.set_title(f"{title}\n{summary}" if title else summary, fontsize=10)
+    figure.tight_layout()
+    return figure

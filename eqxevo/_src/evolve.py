@@ -20,6 +20,7 @@ from .evaluate import AbstractPopulationFitness, initial_carry
 from .keys import run_keys
 from .options import EvolveOptions
 from .program import ChunkProgram, run_chunk
+from .qd.map_elites import AnyStrategy, MapElites
 from .runs import batch_of, check_runs, initial_state
 from .sharding import check_divisible, mesh_size, replicate
 from .strategy.base import StrategyState
@@ -126,7 +127,7 @@ class _Setup:
 
 def _prepare(
     key: PRNGKey | PRNGKeys,
-    strategy: Strategy,
+    strategy: AnyStrategy,
     fitness_fn: Any,
     *,
     state: StrategyState | None,
@@ -137,9 +138,10 @@ def _prepare(
 ) -> _Setup:
     """Check `evolve`'s arguments and build the chunk program and its inputs."""
     options = EvolveOptions.of(options, changes)
-    if not isinstance(strategy, Strategy):
+    if not isinstance(strategy, Strategy | MapElites):
         raise TypeError(
-            f"strategy must be an eqxevo.Strategy; got {type(strategy).__name__}"
+            f"strategy must be an eqxevo.Strategy or eqxevo.qd.MapElites; got "
+            f"{type(strategy).__name__}"
         )
     if num_seeds is not None:
         positive_int("num_seeds", num_seeds)
@@ -212,7 +214,7 @@ class _Host:
 
     def __init__(
         self,
-        strategy: Strategy,
+        strategy: AnyStrategy,
         fitness_fn: Any,
         program: ChunkProgram,
         *,
@@ -336,7 +338,7 @@ class _Host:
 
 def evolve(
     key: PRNGKey | PRNGKeys,
-    strategy: Strategy,
+    strategy: AnyStrategy,
     fitness_fn: Callable[..., Any] | AbstractPopulationFitness,
     *,
     num_generations: int,
@@ -352,7 +354,8 @@ def evolve(
     Arguments:
         key: the run's key (its schedule: `eqxevo._src.keys`, docs/reproducibility.md);
             R keys with `runs=R`.
-        strategy: an `eqxevo.Strategy`.
+        strategy: an `eqxevo.Strategy`, or an `eqxevo.qd.MapElites` (its
+            fitness function returns `(fitness, descriptor)`).
         fitness_fn: `fitness_fn(genome, key) -> scalar | (scalar, aux)`, or an
             `eqxevo.MultiFidelity` (a cheap proxy for all, full evaluation for
             the best k).
@@ -462,7 +465,7 @@ def evolve(
 
 def compile_chunk(
     key: PRNGKey | PRNGKeys,
-    strategy: Strategy,
+    strategy: AnyStrategy,
     fitness_fn: Callable[..., Any] | AbstractPopulationFitness,
     *,
     state: StrategyState,

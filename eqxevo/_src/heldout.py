@@ -17,9 +17,9 @@ from ._checks import positive_int
 from ._types import Array, Float, Genome, PRNGKey
 from .evaluate import EvalSettings, evaluate_with
 from .obs_norm import NormalizedPolicy, RunningObs, normalized
+from .qd.map_elites import AnyStrategy
 from .runs import take
 from .strategy.base import StrategyState
-from .strategy.strategy import Strategy
 
 HELDOUT_STREAM = 0x48454C44
 """`fold_in` data that separates the held-out stream from `evolve`'s ("HELD")."""
@@ -48,14 +48,14 @@ def heldout_keys(run_key: PRNGKey, num_seeds: int | None = None) -> list[PRNGKey
     return [heldout_key(k) for k in jr.split(run_key, num_seeds)]
 
 
-def evaluates_mean(strategy: Strategy) -> bool:
+def evaluates_mean(strategy: AnyStrategy) -> bool:
     """Whether a run of `strategy` evaluates its distribution mean held out: when
     the algorithm has one genome as its mean (not population-based algorithms,
     not Stein-variational ones with one mean per sub-population)."""
     return strategy.has_mean and strategy.family != "stein"
 
 
-def heldout_genomes(strategy: Strategy, state: StrategyState) -> dict[str, Any]:
+def heldout_genomes(strategy: AnyStrategy, state: StrategyState) -> dict[str, Any]:
     """`{"mean": agent | None, "best": agent}` of one run's (unbatched) state:
     its genomes, each with the run's observation moments frozen into it
     (`NormalizedPolicy`) where it normalises observations."""
@@ -71,7 +71,7 @@ def heldout_genomes(strategy: Strategy, state: StrategyState) -> dict[str, Any]:
     }
 
 
-def agent_filter_spec(strategy: Strategy, agent: Any) -> Any:
+def agent_filter_spec(strategy: AnyStrategy, agent: Any) -> Any:
     """Which leaves of a held-out `agent` carry the population axis: the
     strategy's own filter, or every float array for a genome wrapped with its
     observation moments (which the strategy's filter does not describe)."""
@@ -241,7 +241,7 @@ def heldout_evaluate(
 def evaluate_run(
     run_key: PRNGKey,
     fitness_fn: Callable[..., Any],
-    strategy: Strategy,
+    strategy: AnyStrategy,
     state: StrategyState,
     num_episodes: int,
     *,
@@ -319,7 +319,7 @@ def heldout_record(
     return entries[0] if len(entries) == 1 else entries
 
 
-def heldout_cost(strategy: Strategy, episodes: int, every: int = 0) -> str:
+def heldout_cost(strategy: AnyStrategy, episodes: int, every: int = 0) -> str:
     """What a run's held-out evaluations cost, in lifetimes and in generations
     (`episodes` lifetimes per genome, at the end and every `every` generations)."""
     genomes = 2 if evaluates_mean(strategy) else 1

@@ -21,9 +21,9 @@ from .evaluate import (
 )
 from .fitness import best_index
 from .keys import generation_keys
+from .qd.map_elites import FAMILY as QD_FAMILY, AnyStrategy, descriptors_of
 from .sharding import replicated
 from .strategy.base import StrategyState, with_evaluation
-from .strategy.strategy import Strategy
 
 Batch = Literal["none", "seeds", "runs"]
 """How many runs one program holds: one, K seeds of one strategy, or R stacked runs."""
@@ -47,7 +47,7 @@ class ChunkProgram(eqx.Module):
 
 
 def generation_step(
-    strategy: Strategy,
+    strategy: AnyStrategy,
     fitness_fn: Callable[..., Any] | AbstractPopulationFitness,
     run_key: PRNGKey,
     state: StrategyState,
@@ -79,9 +79,14 @@ def generation_step(
     # separately jitted public calls (the hand-written loop).
     population, state_asked = stage(strategy.ask, always)(ask_key, state)
     fitness, aux = stage(evaluate_stage, always)(eval_key, population)
-    new_state, metrics = stage(strategy.tell, always)(
-        tell_key, population, fitness, state_asked
-    )
+    if strategy.family == QD_FAMILY:  # MAP-Elites: the descriptors too
+        new_state, metrics = stage(strategy.tell, always)(
+            tell_key, population, fitness, state_asked, descriptors_of(aux)
+        )
+    else:
+        new_state, metrics = stage(strategy.tell, always)(
+            tell_key, population, fitness, state_asked
+        )
     if carry is not None:
         improved = new_state.best_fitness != state_asked.best_fitness
         carry, aux = next_carry(fitness_fn, carry, aux, improved)
@@ -94,7 +99,7 @@ def generation_step(
 
 def _scan_generations(
     program: ChunkProgram,
-    strategy: Strategy,
+    strategy: AnyStrategy,
     fitness_fn: Any,
     run_key: PRNGKey,
     state: StrategyState,
@@ -139,7 +144,7 @@ def _scan_generations(
 @eqx.debug.assert_max_traces(max_traces=None)  # counts compilations; tests read it
 def run_chunk(
     program: ChunkProgram,
-    strategy: Strategy,
+    strategy: AnyStrategy,
     fitness_fn: Callable[..., Any] | AbstractPopulationFitness,
     run_key: PRNGKey | PRNGKeys,
     state: StrategyState,
@@ -156,7 +161,7 @@ def run_chunk(
     aux_static: list[Any] = []
 
     def one_run(
-        strategy: Strategy, fitness_fn: Any, run_key: Any, state: Any, halted: Array
+        strategy: AnyStrategy, fitness_fn: Any, run_key: Any, state: Any, halted: Array
     ) -> Any:
         return _scan_generations(
             program,

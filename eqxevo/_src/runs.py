@@ -16,8 +16,8 @@ from ._types import PRNGKey, PRNGKeys
 from .evaluate import initial_carry
 from .keys import is_typed_key, run_keys
 from .program import Batch
+from .qd.map_elites import AnyStrategy
 from .strategy.base import StrategyState, with_evaluation
-from .strategy.strategy import Strategy
 
 
 def batch_of(num_seeds: int | None, runs: int | None) -> Batch:
@@ -69,7 +69,7 @@ def stack_runs(trees: Sequence[Any]) -> Any:
     return eqx.combine(stacked, static0)
 
 
-def check_runs(key: Any, strategy: Strategy, fitness_fn: Any, runs: int) -> None:
+def check_runs(key: Any, strategy: AnyStrategy, fitness_fn: Any, runs: int) -> None:
     """Raise a clear error unless `key`, `strategy`, `fitness_fn` carry R runs."""
     # Raw uint32 keys are refused: their last axis would read as a run axis.
     key_shape = tuple(jnp.shape(jr.key_data(key))) if is_typed_key(key) else None
@@ -89,13 +89,13 @@ def check_runs(key: Any, strategy: Strategy, fitness_fn: Any, runs: int) -> None
 
 
 @eqx.filter_jit
-def _init_seeds(strategy: Strategy, keys: PRNGKeys) -> StrategyState:
+def _init_seeds(strategy: AnyStrategy, keys: PRNGKeys) -> StrategyState:
     # lax.map, not vmap: each seed runs the code of a run of its own (same bits).
     return jax.lax.map(strategy.init, keys)
 
 
 @eqx.filter_jit
-def _init_runs(strategy: Strategy, keys: PRNGKeys) -> StrategyState:
+def _init_runs(strategy: AnyStrategy, keys: PRNGKeys) -> StrategyState:
     arrays, static = eqx.partition(strategy, eqx.is_array)
     return jax.lax.map(
         lambda args: eqx.combine(args[1], static).init(args[0]), (keys, arrays)
@@ -104,7 +104,7 @@ def _init_runs(strategy: Strategy, keys: PRNGKeys) -> StrategyState:
 
 def initial_state(
     key: PRNGKey | PRNGKeys,
-    strategy: Strategy,
+    strategy: AnyStrategy,
     num_seeds: int | None = None,
     runs: int | None = None,
     fitness_fn: Any = None,

@@ -32,6 +32,7 @@ PARTS: dict[str, str] = {
     "determinism": "the same key twice and two blocks, per layout, with its speed",
     "gymnax": "4 gymnax tasks vs evosax, held-out return (1-2 h)",
     "brax": "Brax Ant: eqxevo vs evosax's BraxProblem, and vs a raw Brax loop",
+    "qd": "planar arm: MAP-Elites and CMA-ME vs QDax",
 }
 """Every part, in the order a run takes them, with its line of `--help`."""
 
@@ -49,7 +50,7 @@ DEFAULT_PARTS = [
 ]
 """What runs without `--only`."""
 
-QUICK_PARTS = [*DEFAULT_PARTS, "traces", "bits", "determinism", "gymnax"]
+QUICK_PARTS = [*DEFAULT_PARTS, "traces", "bits", "determinism", "gymnax", "qd"]
 """What runs with `--quick` and without `--only` (the CI smoke run)."""
 
 
@@ -497,6 +498,13 @@ def _brax(options: Options, meta: dict[str, Any]) -> list[dict]:
     return _save(options, meta, "brax", rows, BRAX_COLUMNS)
 
 
+def _qd(options: Options, meta: dict[str, Any]) -> list[dict]:
+    from .qd_arm import QD_COLUMNS, qd_arm
+
+    title = "planar arm: eqxevo's MAP-Elites and CMA-ME vs QDax's MAP-Elites"
+    return _sized(options, meta, "qd", title, qd_arm, QD_COLUMNS)
+
+
 _RUNNERS: dict[str, Callable[[Options, dict[str, Any]], Any]] = {
     "milestones": _milestones,
     "breakdown": _breakdown,
@@ -516,6 +524,7 @@ _RUNNERS: dict[str, Callable[[Options, dict[str, Any]], Any]] = {
     "determinism": _determinism,
     "gymnax": _gymnax,
     "brax": _brax,
+    "qd": _qd,
 }
 
 

@@ -13,6 +13,7 @@ from .kernels import KERNEL_COLUMNS, MEMORY_COLUMNS
 from .milestones import BREAKDOWN_COLUMNS
 from .pallas import PALLAS_COLUMNS
 from .prng import THREEFRY_COLUMNS
+from .qd_arm import QD_COLUMNS
 from .scaling import BATCHING_COLUMNS, DEVICE_COLUMNS
 
 
@@ -175,7 +176,40 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "float16 trace drift (stochastic rounding) <= 1%", worst, 0.01, False
             )
         )
+    rows += _qd_targets(results.get("qd"))
     return rows
+
+
+def _qd_targets(qd: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Issue 41's goals on the planar arm, as ratios of the sides' IQMs and of
+    their generations per second (`qd_arm`)."""
+    if not qd:
+        return []
+    side = {r["side"]: r for r in qd}
+    ours, theirs = side["eqxevo MAP-Elites"], side["QDax MAP-Elites"]
+    cma = side["eqxevo CMA-ME"]
+    return [
+        _target(
+            f"QD arm: MAP-Elites {what}, eqxevo / QDax (IQM) >= 1",
+            ours[f"{key}_iqm"] / theirs[f"{key}_iqm"],
+            1.0,
+            True,
+        )
+        for what, key in (("QD score", "qd_score"), ("coverage", "coverage"))
+    ] + [
+        _target(
+            "QD arm: MAP-Elites generations/s, eqxevo / QDax >= 1",
+            ours["over_qdax"],
+            1.0,
+            True,
+        ),
+        _target(
+            "QD arm: QD score, CMA-ME / MAP-Elites (IQM) >= 1",
+            cma["qd_score_iqm"] / ours["qd_score_iqm"],
+            1.0,
+            True,
+        ),
+    ]
 
 
 def write_report(results: dict[str, Any], out: Path) -> str:
@@ -233,6 +267,10 @@ def _sections() -> dict[str, Callable[[Any], list[str]]]:
         "memory": _memory,
         "cartpole": one_table("CartPole", CARTPOLE_COLUMNS),
         "brax": one_table("Brax (agent-steps/s, wall)", BRAX_COLUMNS),
+        "qd": one_table(
+            "Quality-diversity on the planar arm (IQM [95% BCa] over the runs)",
+            QD_COLUMNS,
+        ),
         "bits": _bits,
         "determinism": one_table(
             "The same key twice, per layout (evaluate; agent-steps/s, wall)",

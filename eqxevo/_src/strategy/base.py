@@ -186,10 +186,61 @@ def state_signature(state: Any) -> tuple[Any, ...]:
     )
 
 
+def check_state(
+    state: Any,
+    owner: Any,
+    made_by: tuple[str, int],
+    signature: tuple[Any, ...],
+    batch_shape: tuple[int, ...] = (),
+) -> None:
+    """Raise a clear error unless `state` was made by a strategy like `owner`
+    (whose `name`, `population_size` and `num_params` the message names):
+    made by `made_by`, of `signature` (`state_signature`), with leading axes
+    `batch_shape` on every leaf. The evaluation's carry is not checked here."""
+    if not isinstance(state, StrategyState):
+        raise TypeError(
+            f"state: expected a StrategyState (from strategy.init or "
+            f"EvolveResult.state); got {type(state).__name__}"
+        )
+    treedef, leaves = signature
+    # What the evaluation carries is the fitness's to check (`evolve`).
+    state = with_evaluation(state, None)
+    got_treedef, got_leaves = state_signature(state)
+    problem = None
+    # Cheapest and most telling first: who made it, then its structure,
+    # then the first leaf of another shape or dtype.
+    if state.made_by != made_by:
+        name, size = state.made_by
+        problem = f"it was made by {name} with population_size={size}"
+    elif got_treedef != treedef:
+        problem = "its structure differs (another algorithm?)"
+    else:
+        paths = [jtu.keystr(p) for p, _ in jtu.tree_flatten_with_path(state)[0]]
+        for path, (shape, dtype), (got_shape, got_dtype) in zip(
+            paths, leaves, got_leaves, strict=True
+        ):
+            want = (*batch_shape, *shape)
+            if got_shape != want or got_dtype != dtype:
+                problem = (
+                    f"state{path} is {got_dtype}{list(got_shape)}, expected "
+                    f"{dtype}{list(want)}"
+                )
+                break
+    if problem is not None:
+        seeds = f", {batch_shape[0]} seeds" if batch_shape else ""
+        raise ValueError(
+            f"state: it was not made by this strategy ({owner.name}, "
+            f"population_size={owner.population_size}, "
+            f"{owner.num_params} parameters{seeds}): {problem}. Hand "
+            "over a state of this same strategy."
+        )
+
+
 __all__ = [
     "AbstractFamily",
     "StrategyState",
     "StrategyView",
+    "check_state",
     "sample_around",
     "standard_promotion",
     "state_signature",

@@ -11,7 +11,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-import jax.tree_util as jtu
 
 from .._checks import positive_int, positive_number
 from .._types import (
@@ -32,10 +31,10 @@ from .algorithm import Algorithm, algorithm_params, build_algorithm, given_algor
 from .base import (
     AbstractFamily,
     StrategyState,
+    check_state,
     standard_promotion,
     state_signature,
     strongly_typed,
-    with_evaluation,
 )
 from .distribution import DistributionFamily
 from .population import PopulationFamily
@@ -227,43 +226,7 @@ class Strategy(eqx.Module):
             state: a `StrategyState` (or anything handed over as one).
             batch_shape: leading axes every leaf carries (`(K,)` for K seeds).
         """
-        if not isinstance(state, StrategyState):
-            raise TypeError(
-                f"state: expected a StrategyState (from strategy.init or "
-                f"EvolveResult.state); got {type(state).__name__}"
-            )
-        treedef, leaves = self._state_signature
-        # What the evaluation carries is the fitness's to check (`evolve`).
-        state = with_evaluation(state, None)
-        got_treedef, got_leaves = state_signature(state)
-        problem = None
-        # Cheapest and most telling first: who made it, then its structure,
-        # then the first leaf of another shape or dtype.
-        if state.made_by != self._made_by:
-            name, size = state.made_by
-            problem = f"it was made by {name} with population_size={size}"
-        elif got_treedef != treedef:
-            problem = "its structure differs (another algorithm?)"
-        else:
-            paths = [jtu.keystr(p) for p, _ in jtu.tree_flatten_with_path(state)[0]]
-            for path, (shape, dtype), (got_shape, got_dtype) in zip(
-                paths, leaves, got_leaves, strict=True
-            ):
-                want = (*batch_shape, *shape)
-                if got_shape != want or got_dtype != dtype:
-                    problem = (
-                        f"state{path} is {got_dtype}{list(got_shape)}, expected "
-                        f"{dtype}{list(want)}"
-                    )
-                    break
-        if problem is not None:
-            seeds = f", {batch_shape[0]} seeds" if batch_shape else ""
-            raise ValueError(
-                f"state: it was not made by this strategy ({self.name}, "
-                f"population_size={self.population_size}, "
-                f"{self.layout.num_params} parameters{seeds}): {problem}. Hand "
-                "over a state of this same strategy."
-            )
+        check_state(state, self, self._made_by, self._state_signature, batch_shape)
 
     # -- properties ---------------------------------------------------------------
 

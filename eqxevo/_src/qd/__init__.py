@@ -1,0 +1,1 @@
+"""Quality-diversity: archives of elites over a descriptor space (docs/qd.md)."""

@@ -1,0 +1,143 @@
+"""MAP-Elites through the one loop: `evolve` equals the hand-written ask,
+evaluate, tell loop bit for bit, over seeds, chunks, micro-batches and a resume,
+and compiles once (eqxevo._src.qd.map_elites, eqxevo._src.program)."""
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+from helpers import Stranger, stranger_fitness, tree_equal
+
+import eqxevo
+from eqxevo import generation_keys
+from eqxevo._src.program import run_chunk
+from eqxevo._src.qd.archive import Archive
+from eqxevo._src.qd.emitters import ESEmitter, IsoLineEmitter
+from eqxevo._src.qd.map_elites import MapElites
+
+
+def qd_fitness(genome, key):
+    """`stranger_fitness` (multiply-adds, reductions, transcendentals, noise, an
+    aux pytree) with a descriptor from the genome's float vector and its MLP."""
+    value, aux = stranger_fitness(genome, key)
+    first = genome.mlp.layers[0].weight
+    descriptor = jnp.stack([jnp.tanh(jnp.mean(genome.x)), jnp.tanh(jnp.sum(first))])
+    return value, {"descriptor": descriptor, **aux}
+
+
+@functools.cache
+def map_elites():
+    emitters = [
+        IsoLineEmitter(8, iso_sigma=0.05, line_sigma=0.2),
+        ESEmitter("CMA_ES", 8, params={"std_init": 0.1}),
+        ESEmitter("Sep_CMA_ES", 8, ranking="novelty", restart=3, novelty_k=3),
+    ]
+    return MapElites(
+        Stranger(), Archive.grid((6, 6), -1.0, 1.0), emitters, init_scale=0.3
+    )
+
+
+def hand_written_loop(strategy, fitness_fn, key, num_generations):
+    """The documented key schedule, one jitted public call at a time."""
+    init_key, run_key = jr.split(key)
+    state = strategy.init(init_key)
+    history = []
+    for g in range(num_generations):
+        ask_key, eval_key, tell_key = generation_keys(run_key, g)
+        population, state = strategy.ask(ask_key, state)
+        fitness, aux = eqxevo.evaluate(
+            eval_key, fitness_fn, population, filter_spec=strategy.filter_spec
+        )
+        state, metrics = strategy.tell(
+            tell_key, population, fitness, state, aux["descriptor"]
+        )
+        history.append(metrics)
+    return state, {k: np.asarray([m[k] for m in history]) for k in history[0]}
+
+
+def test_evolve_equals_the_hand_written_loop_over_seeds_and_chunks(key):
+    strategy = map_elites()
+    result = eqxevo.evolve(key, strategy, qd_fitness, num_generations=5, chunk_size=2)
+    state, history = hand_written_loop(strategy, qd_fitness, key, 5)
+    assert tree_equal(result.state, state)
+    for name in ("qd_score", "coverage", "max_fitness", "num_added", "best"):
+        np.testing.assert_array_equal(result.history[name], history[name])
+    assert tree_equal(result.best_genome, strategy.best(state))
+    assert float(result.history["coverage"][-1]) > 0
+    seeds = eqxevo.evolve(
+        key, strategy, qd_fitness, num_generations=5, num_seeds=2, chunk_size=3
+    )
+    for k, seed_key in enumerate(jr.split(key, 2)):
+        state, history = hand_written_loop(strategy, qd_fitness, seed_key, 5)
+        assert tree_equal(jax.tree.map(lambda x, k=k: x[k], seeds.state), state)
+        np.testing.assert_array_equal(seeds.history["qd_score"][k], history["qd_score"])
+
+
+def test_the_archive_does_not_depend_on_the_evaluation_batch_or_a_resume(key):
+    strategy = map_elites()
+    whole = eqxevo.evolve(key, strategy, qd_fitness, num_generations=6, chunk_size=3)
+    blocks = eqxevo.evolve(
+        key, strategy, qd_fitness, num_generations=6, chunk_size=3, batch_size=4
+    )
+    first = eqxevo.evolve(key, strategy, qd_fitness, num_generations=3, chunk_size=3)
+    rest = eqxevo.evolve(
+        key,
+        strategy,
+        qd_fitness,
+        num_generations=3,
+        chunk_size=3,
+        state=first.state,
+    )
+    assert tree_equal(blocks.state, whole.state)
+    assert tree_equal(rest.state, whole.state)
+    np.testing.assert_array_equal(
+        rest.history["qd_score"], whole.history["qd_score"][3:]
+    )
+
+
+def test_map_elites_compiles_once_across_generations_and_calls(key):
+    strategy = MapElites(Stranger(), Archive.grid((4, 4), -1.0, 1.0), IsoLineEmitter(6))
+    before = eqx.debug.get_num_traces(run_chunk)
+    eqxevo.evolve(key, strategy, qd_fitness, num_generations=7, chunk_size=3)
+    eqxevo.evolve(
+        jr.fold_in(key, 1), strategy, qd_fitness, num_generations=4, chunk_size=3
+    )
+    assert eqx.debug.get_num_traces(run_chunk) == before + 1
+
+
+def test_the_elites_come_back_as_genomes(key):
+    strategy = map_elites()
+    result = eqxevo.evolve(key, strategy, qd_fitness, num_generations=3)
+    genomes, fitness, filled = strategy.elites(result.state)
+    assert isinstance(genomes, Stranger)
+    assert genomes.x.shape == (36, 5) and fitness.shape == (36,)
+    # the int leaf is static, shared by every cell
+    np.testing.assert_array_equal(genomes.index, np.arange(5))
+    cell = int(jnp.argmax(fitness))
+    assert bool(filled[cell])
+    assert float(fitness[cell]) == float(result.best_fitness)
+
+
+def test_a_fitness_without_a_descriptor_is_one_line(key):
+    strategy = MapElites(Stranger(), Archive.grid((4, 4), -1.0, 1.0), IsoLineEmitter(6))
+    with pytest.raises(ValueError) as err:
+        eqxevo.evolve(key, strategy, stranger_fitness, num_generations=1)
+    assert str(err.value).startswith(
+        "MAP-Elites needs a descriptor per genome: the fitness function returns "
+        "(fitness, descriptor) or (fitness, {'descriptor': descriptor, ...}); got "
+        "aux of type dict with keys"
+    )
+
+
+def test_map_elites_refuses_minimising():
+    with pytest.raises(ValueError, match="maximize must be True"):
+        MapElites(
+            Stranger(),
+            Archive.grid((4, 4), -1.0, 1.0),
+            IsoLineEmitter(6),
+            maximize=False,
+        )
