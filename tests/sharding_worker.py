@@ -187,6 +187,28 @@ def physics(mesh: Any) -> Any:
     return {"state": result.state, "history": result.history}
 
 
+def qd_lifetime(genome: eqx.nn.MLP, key: jax.Array) -> Any:
+    """`lifetime` with the final position's direction as a descriptor."""
+    fitness, aux = lifetime(genome, key, 8)
+    return fitness, {"descriptor": jnp.tanh(jnp.stack([fitness, aux["distance"]]))}
+
+
+def map_elites(mesh: Any) -> Any:
+    """MAP-Elites with an iso+line and a CMA_ES emitter (4 genomes each) on a
+    grid, micro-batches of 3: the archive's bits at any device count."""
+    from eqxevo.qd import Archive, ESEmitter, IsoLineEmitter, MapElites
+
+    strategy = MapElites(
+        mlp(),
+        Archive.grid((4, 4), -1.0, 1.0),
+        [IsoLineEmitter(POPULATION // 2), ESEmitter("CMA_ES", POPULATION // 2)],
+    )
+    result = eqxevo.evolve(
+        jr.key(8), strategy, qd_lifetime, num_generations=3, batch_size=3, mesh=mesh
+    )
+    return {"state": result.state, "history": result.history}
+
+
 # Each program compiles per mesh, and compilation is what these runs cost: every
 # algorithm, batching (seeds, runs, micro-batches), fitness kind and genome kind
 # appears once, folded into few scenarios (SNES in the built-ins, Sep_CMA_ES in
@@ -197,6 +219,7 @@ SCENARIOS: dict[str, Callable[[Any], Any]] = {
     **{f"builtin/{name}": functools.partial(builtin, name) for name in BUILTINS},
     "strangers": strangers,
     "physics": physics,
+    "map_elites": map_elites,
 }
 
 # What processes joined by `jax.distributed` run. Their mesh of 4 devices gives
