@@ -119,7 +119,8 @@ def test_short_runs_get_a_projection_without_a_warning(monkeypatch):
 
 
 def test_format_seconds_and_bytes():
-    from eqxevo._app.metrics import format_bytes, format_seconds
+    from eqxevo._app.metrics import format_seconds
+    from eqxevo._src.memory import format_bytes
 
     assert [format_seconds(s) for s in (0.123, 42, 450, 13320)] == [
         "0.12 s",

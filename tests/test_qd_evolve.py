@@ -141,3 +141,22 @@ def test_map_elites_refuses_minimising():
             IsoLineEmitter(6),
             maximize=False,
         )
+
+
+def test_an_archive_too_large_for_memory_is_refused_with_its_estimate(monkeypatch):
+    import eqxevo._src.qd.map_elites as map_elites_module
+
+    monkeypatch.setattr(
+        map_elites_module, "available_memory", lambda: (10**6, "this host")
+    )
+    genome = jnp.zeros(100)
+    archive = Archive.grid((50, 50), 0.0, 1.0)  # 2500 x (100 + 2 + 1) x 4 bytes
+    with pytest.raises(ValueError) as err:
+        MapElites(genome, archive, IsoLineEmitter(8))
+    assert str(err.value) == (
+        "the archive needs about 1.03 MB (2500 cells x (100 genome values + 2 "
+        "descriptor values + 1 fitness) x 4 bytes) but this host has 1 MB "
+        "available: use fewer cells (a coarser grid, fewer CVT centroids) or a "
+        "smaller genome"
+    )
+    MapElites(genome, Archive.grid((40, 40), 0.0, 1.0), IsoLineEmitter(8))

@@ -29,7 +29,7 @@ def _run_dir(path: Path) -> Path | None:
 def disk_full_message(err: OSError) -> str:
     """One line for a full disk: the path written, the space left there, and what
     to do (`eqxevo resume RUN_DIR` when the path is in a run directory)."""
-    from .metrics import format_bytes
+    from eqxevo._src.memory import format_bytes
 
     what = "disk quota exceeded" if err.errno == errno.EDQUOT else "no space left"
     filename = err.filename

@@ -268,14 +268,6 @@ def format_seconds(seconds: int | float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def format_bytes(count: int | float) -> str:
-    """`512 MB`, `16.2 GB` (decimal units)."""
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if count >= size:
-            return f"{count / size:.3g} {unit}"
-    return f"{count:.0f} B"
-
-
 def heldout_text(records: Sequence[Mapping[str, Any]]) -> str | None:
     """The newest held-out evaluation among `records`, in words: the mean genome's
     (or, for algorithms without a mean, the best-so-far genome's) held-out
@@ -559,7 +551,6 @@ __all__ = [
     "SinkError",
     "TensorBoardSink",
     "WandbSink",
-    "format_bytes",
     "format_seconds",
     "heldout_text",
     "history_records",

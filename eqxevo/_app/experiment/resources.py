@@ -2,45 +2,19 @@
 memory, and the projected time it prints.
 """
 
-import os
 from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from ..metrics import format_bytes
+from eqxevo._src.memory import available_memory, format_bytes
+
 from .build import Built
 
 
 class ResourceError(RuntimeError):
     """The run does not fit the device's memory (XLA's estimate, or its refusal)."""
-
-
-def available_memory(mesh: Mesh | None = None) -> tuple[int | None, str]:
-    """Bytes a run may use on its devices, and what they are (None if unknown).
-
-    GPUs report their limit through `memory_stats()`; on a CPU the host's
-    available memory (Linux `MemAvailable`) is shared by every CPU device.
-    """
-    devices = list(mesh.devices.flat) if mesh is not None else jax.devices()[:1]
-    # GPUs report their own limit; a CPU reports nothing and shares the host's.
-    stats = devices[0].memory_stats() or {}
-    if "bytes_limit" in stats:
-        free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-        return free, f"each {devices[0].device_kind}"
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024, "this host"
-    except OSError:
-        pass
-    try:
-        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        return int(pages), "this host"
-    except (ValueError, OSError, AttributeError):
-        return None, "unknown"
 
 
 def memory_estimate(compiled: Any) -> dict[str, int]:
@@ -117,7 +91,6 @@ def exhausted(err: BaseException) -> bool:
 
 __all__ = [
     "ResourceError",
-    "available_memory",
     "check_fits",
     "chunk_bytes",
     "exhausted",

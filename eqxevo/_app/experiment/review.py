@@ -26,11 +26,11 @@ from eqxevo._src.heldout import (
     summarize,
 )
 from eqxevo._src.keys import seed_keys
+from eqxevo._src.memory import format_bytes
 from eqxevo._src.nets.lesion import lesion as lesion_policy
 from eqxevo._src.references import Scale, Scored, references, scale, score_references
 
 from ..figures import render_policy
-from ..metrics import format_bytes
 from .build import Built, build
 from .certify import Stored, find_certificate
 from .resources import ResourceError, available_memory, exhausted, memory_estimate

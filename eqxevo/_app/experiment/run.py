@@ -24,6 +24,7 @@ from eqxevo._src.heldout import (
     heldout_genomes,
     heldout_record,
 )
+from eqxevo._src.memory import format_bytes
 from eqxevo._src.runs import take
 
 from .. import config as config_module
@@ -34,7 +35,6 @@ from ..metrics import (
     Progress,
     TensorBoardSink,
     WandbSink,
-    format_bytes,
     format_seconds,
     history_records,
 )

@@ -19,6 +19,7 @@ from .._checks import positive_number
 from .._types import Array, Float, Genome, Int, Metrics, Population, PRNGKey, RawFitness
 from ..fitness import fitness_dtype, fitness_summary
 from ..genome import GenomeLayout
+from ..memory import available_memory, format_bytes
 from ..strategy.base import StrategyState, check_state, state_signature
 from ..strategy.strategy import Strategy
 from .archive import Archive, ArchiveState
@@ -110,6 +111,7 @@ class MapElites(eqx.Module):
             )
         self.layout = GenomeLayout.from_genome(genome, filter_spec, None)
         self.initial_flat = self.layout.flatten(genome)
+        _check_fits(archive, self.initial_flat)
         self.archive = archive
         self.emitters = tuple(
             e.bind(self.initial_flat) for e in check_emitters(emitters)
@@ -307,6 +309,22 @@ class MapElites(eqx.Module):
         archive: ArchiveState = state.inner.archive
         genomes = self.layout.unflatten_population(archive.genomes)
         return genomes, archive.fitness, archive.filled
+
+
+def _check_fits(archive: Archive, initial: Array) -> None:
+    """Refuse, with the estimate, an archive larger than the memory available
+    (before anything is allocated or compiled)."""
+    needed = archive.nbytes(initial.size, initial.dtype)
+    available, where = available_memory()
+    if available is not None and needed > available:
+        item = jnp.dtype(initial.dtype).itemsize
+        raise ValueError(
+            f"the archive needs about {format_bytes(needed)} ({archive.num_cells} "
+            f"cells x ({initial.size} genome values + "
+            f"{archive.descriptor_size} descriptor values + 1 fitness) x {item} "
+            f"bytes) but {where} has {format_bytes(available)} available: use "
+            "fewer cells (a coarser grid, fewer CVT centroids) or a smaller genome"
+        )
 
 
 def _named(emitter: AbstractEmitter) -> str:
