@@ -3,6 +3,9 @@ emitters that fill them, and `MapElites`, which `eqxevo.evolve` runs like a
 `Strategy` (docs/qd.md).
 """
 
+from ._app.figures import (
+    archive_figure as archive_figure,
+)
 from ._src.qd.archive import (
     Archive as Archive,
 )
