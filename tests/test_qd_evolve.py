@@ -128,8 +128,9 @@ def test_a_fitness_without_a_descriptor_is_one_line(key):
         eqxevo.evolve(key, strategy, stranger_fitness, num_generations=1)
     assert str(err.value).startswith(
         "MAP-Elites needs a descriptor per genome: the fitness function returns "
-        "(fitness, descriptor) or (fitness, {'descriptor': descriptor, ...}); got "
-        "aux of type dict with keys"
+        "(fitness, descriptor) or (fitness, {'descriptor': descriptor, ...}), "
+        "or MapElites(descriptor=...) names aux entries; got aux of type dict with "
+        "keys"
     )
 
 
@@ -160,3 +161,54 @@ def test_an_archive_too_large_for_memory_is_refused_with_its_estimate(monkeypatc
         "smaller genome"
     )
     MapElites(genome, Archive.grid((40, 40), 0.0, 1.0), IsoLineEmitter(8))
+
+
+def test_a_lifetimes_summary_entries_are_the_descriptor(key):
+    # L2 foraging: the lifetime's mean intake and homeostasis, from the
+    # environment's info (LifetimeFitness averages it over the lifetime)
+    from eqxevo._app.config import from_dict
+    from eqxevo.experiment import build
+
+    built = build(
+        from_dict(
+            {
+                "env": {"name": "foraging"},
+                "net": {"name": "mlp", "options": {"width": 8, "depth": 1}},
+                "strategy": {"population_size": 8},
+                "run": {"lifetime": 20},
+            }
+        )
+    )
+    names = ("mean_intake", "mean_homeostasis")
+    strategy = MapElites(
+        built.genome,
+        Archive.grid((4, 4), [0.0, -1.0], [0.5, 1.0]),
+        IsoLineEmitter(8, iso_sigma=0.1),
+        descriptor=names,
+    )
+    result = eqxevo.evolve(key, strategy, built.fitness, num_generations=2)
+    contents = result.state.inner.archive
+    assert int(jnp.sum(contents.filled)) >= 1
+    population, _ = strategy.ask(jr.fold_in(key, 1), strategy.init(key))
+    _, aux = eqxevo.evaluate(key, built.fitness, population)
+    np.testing.assert_array_equal(
+        strategy.descriptors(aux), np.stack([aux[n] for n in names], -1)
+    )
+    other = MapElites(
+        built.genome,
+        Archive.grid((4, 4), 0.0, 1.0),
+        IsoLineEmitter(8),
+        descriptor=("mean_intake", "mean_speed"),
+    )
+    with pytest.raises(ValueError, match=r"descriptor names \['mean_speed'\]"):
+        eqxevo.evolve(key, other, built.fitness, num_generations=1)
+
+
+def test_a_descriptor_must_name_one_entry_per_dimension():
+    with pytest.raises(ValueError, match="descriptor must name 2 aux entries"):
+        MapElites(
+            Stranger(),
+            Archive.grid((4, 4), -1.0, 1.0),
+            IsoLineEmitter(6),
+            descriptor=("only_one",),
+        )

@@ -21,7 +21,7 @@ from .evaluate import (
 )
 from .fitness import best_index
 from .keys import generation_keys
-from .qd.map_elites import FAMILY as QD_FAMILY, AnyStrategy, descriptors_of
+from .qd.map_elites import FAMILY as QD_FAMILY, AnyStrategy
 from .sharding import replicated
 from .strategy.base import StrategyState, with_evaluation
 
@@ -81,7 +81,7 @@ def generation_step(
     fitness, aux = stage(evaluate_stage, always)(eval_key, population)
     if strategy.family == QD_FAMILY:  # MAP-Elites: the descriptors too
         new_state, metrics = stage(strategy.tell, always)(
-            tell_key, population, fitness, state_asked, descriptors_of(aux)
+            tell_key, population, fitness, state_asked, strategy.descriptors(aux)
         )
     else:
         new_state, metrics = stage(strategy.tell, always)(

@@ -41,21 +41,6 @@ class QDState(eqx.Module):
     emitters: tuple[Any, ...]
 
 
-def descriptors_of(aux: Any) -> Array:
-    """The descriptors in what a QD fitness function returned beside its fitness:
-    the aux itself (an array), or its `"descriptor"` entry."""
-    if isinstance(aux, dict) and "descriptor" in aux:
-        return aux["descriptor"]
-    if isinstance(aux, jax.Array):
-        return aux
-    raise ValueError(
-        "MAP-Elites needs a descriptor per genome: the fitness function returns "
-        "(fitness, descriptor) or (fitness, {'descriptor': descriptor, ...}); got "
-        f"aux of type {type(aux).__name__}"
-        + (f" with keys {sorted(aux)}" if isinstance(aux, dict) else "")
-    )
-
-
 class MapElites(eqx.Module):
     """MAP-Elites over populations of one Equinox module type: an archive of
     elites and one or more emitters. `evolve` runs it as it runs a `Strategy`;
@@ -73,6 +58,11 @@ class MapElites(eqx.Module):
             N(0, I)` (ES emitters start at the genome itself).
         maximize: must be True: an archive keeps the highest fitness (negate a
             cost).
+        descriptor: where the descriptor is in what the fitness function
+            returns beside its fitness (its aux): None, the aux itself or its
+            `"descriptor"` entry; or the names of scalar aux entries, one per
+            descriptor dimension (`("mean_intake", "mean_homeostasis")` for a
+            `LifetimeFitness`, whose aux averages the environment's info).
 
     Example:
         >>> archive = Archive.grid((32, 32), 0.0, 1.0)
@@ -87,6 +77,7 @@ class MapElites(eqx.Module):
     population_size: int = eqx.field(static=True)
     init_scale: float = eqx.field(static=True)
     name: str = eqx.field(static=True)
+    descriptor: tuple[str, ...] | None = eqx.field(static=True)
     _state_signature: Any = eqx.field(static=True)
 
     def __init__(
@@ -98,6 +89,7 @@ class MapElites(eqx.Module):
         filter_spec: Any = eqx.is_inexact_array,
         init_scale: float = 0.1,
         maximize: bool = True,
+        descriptor: Sequence[str] | None = None,
     ):
         if not isinstance(archive, Archive):
             raise ValueError(
@@ -118,6 +110,16 @@ class MapElites(eqx.Module):
         )
         self.population_size = sum(e.batch_size for e in self.emitters)
         self.init_scale = positive_number("init_scale", init_scale)
+        if descriptor is not None:
+            descriptor = tuple(descriptor)
+            if len(descriptor) != archive.descriptor_size or not all(
+                isinstance(k, str) for k in descriptor
+            ):
+                raise ValueError(
+                    f"descriptor must name {archive.descriptor_size} aux entries, "
+                    f"one per dimension of the archive; got {descriptor!r}"
+                )
+        self.descriptor = descriptor
         self.name = "MAP-Elites(" + ", ".join(_named(e) for e in self.emitters) + ")"
         self._state_signature = None
         self._state_signature = state_signature(
@@ -150,6 +152,29 @@ class MapElites(eqx.Module):
     def check_state(self, state: Any, batch_shape: tuple[int, ...] = ()) -> None:
         """Raise a clear error unless `state` was made by a MapElites like this."""
         check_state(state, self, self._made_by, self._state_signature, batch_shape)
+
+    def descriptors(self, aux: Any) -> Array:
+        """The population's descriptors in what the fitness function returned
+        beside its fitness (`descriptor`)."""
+        if self.descriptor is not None and isinstance(aux, dict):
+            missing = [k for k in self.descriptor if k not in aux]
+            if not missing:
+                return jnp.stack([aux[k] for k in self.descriptor], axis=-1)
+            raise ValueError(
+                f"descriptor names {missing}, which the fitness function's aux "
+                f"lacks; it has {sorted(aux)}"
+            )
+        if self.descriptor is None and isinstance(aux, dict) and "descriptor" in aux:
+            return aux["descriptor"]
+        if self.descriptor is None and isinstance(aux, jax.Array):
+            return aux
+        raise ValueError(
+            "MAP-Elites needs a descriptor per genome: the fitness function returns "
+            "(fitness, descriptor) or (fitness, {'descriptor': descriptor, ...}), "
+            "or MapElites(descriptor=...) names aux entries; got aux of type "
+            f"{type(aux).__name__}"
+            + (f" with keys {sorted(aux)}" if isinstance(aux, dict) else "")
+        )
 
     def _slices(self) -> list[slice]:
         bounds, start = [], 0
@@ -339,4 +364,4 @@ AnyStrategy: TypeAlias = Strategy | MapElites
 """What `evolve` runs: an evosax `Strategy` or `MapElites`."""
 
 
-__all__ = ["FAMILY", "AnyStrategy", "MapElites", "QDState", "descriptors_of"]
+__all__ = ["FAMILY", "AnyStrategy", "MapElites", "QDState"]
