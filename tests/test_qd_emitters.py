@@ -80,16 +80,22 @@ def test_iso_line_on_an_empty_archive_samples_around_the_genome():
     np.testing.assert_allclose(np.std(children, 0), [0.1, 0.1], rtol=0.1)
 
 
-@given(
-    st.integers(0, 2**31 - 1),
-    st.integers(1, 12),
-    st.integers(1, 30),
-)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([1, 3, 12]), st.integers(0, 20))
 def test_novelty_equals_the_numpy_reference(seed, k, count):
-    _, state = _filled_archive(seed, count=count)
+    # one batch shape (30 candidates), `count` of them with a finite fitness:
+    # 0 to 20 elites, and one compiled program per k
+    archive = Archive.grid((6, 6), 0.0, 1.0)
+    k1, k2, k3 = jr.split(jr.key(seed), 3)
+    fitness = jnp.where(jnp.arange(30) < count, jr.normal(k2, (30,)), jnp.nan)
+    state, _ = archive.insert(
+        archive.init(3), jr.normal(k1, (30, 3)), fitness, jr.uniform(k3, (30, 2))
+    )
     points = np.asarray(jr.uniform(jr.key(seed + 1), (9, 2)))
     got = np.asarray(novelty(jnp.asarray(points), state, k))
     elites = np.asarray(state.descriptors)[np.asarray(state.filled)]
+    if not len(elites):
+        assert np.isinf(got).all()
+        return
     distance = np.sqrt(((points[:, None] - elites[None]) ** 2).sum(-1))
     want = np.sort(distance, -1)[:, :k].mean(-1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -185,12 +191,12 @@ def test_the_qd_score_and_coverage_never_fall_and_the_same_key_gives_the_same_bi
 def test_cma_me_beats_map_elites_on_the_arm_as_fontaine_et_al_report():
     # QDax's budget: 20 degrees of freedom, batch 256, 200 iterations, a 32 x 32
     # grid, QD offset 1 (QDax measured coverage 72.8% and QD score 716 with its
-    # MAP-Elites, one seed); three seeds each
+    # MAP-Elites, one seed); two seeds each
     def final(me, seed):
         return run_arm(me, jr.key(seed), 200)[1]["qd_score"][-1]
 
-    map_elites = [float(final(_map_elites(), s)) for s in range(3)]
-    cma_me = [float(final(_cma_me(), s)) for s in range(3)]
+    map_elites = [float(final(_map_elites(), s)) for s in range(2)]
+    cma_me = [float(final(_cma_me(), s)) for s in range(2)]
     assert min(map_elites) > 690, map_elites
     assert min(cma_me) > max(map_elites), (cma_me, map_elites)
 
