@@ -18,6 +18,28 @@ def fitness_dtype(dtype: Any) -> Any:
     return jnp.dtype(jnp.float64 if dtype == jnp.float64 else jnp.float32)
 
 
+def check_fitness(fitness: Any, population_size: int) -> Array:
+    """`fitness` in its fitness dtype, or a `ValueError` unless it is one real
+    (floating or integer) value per genome of a population of this size."""
+    fitness = jnp.asarray(fitness)
+    if fitness.shape != (population_size,):
+        raise ValueError(
+            f"fitness: expected shape ({population_size},), one value per "
+            f"genome; got shape {fitness.shape}"
+        )
+    if (
+        not (
+            jnp.issubdtype(fitness.dtype, jnp.floating)
+            or jnp.issubdtype(fitness.dtype, jnp.integer)
+        )
+        or fitness.dtype == jnp.bool_
+    ):
+        raise ValueError(
+            f"fitness: expected a real (floating or integer) dtype; got {fitness.dtype}"
+        )
+    return fitness.astype(fitness_dtype(fitness.dtype))
+
+
 def rank_nonfinite_worst(
     fitness: Float[Array, " pop"],
     reference: Float[Array, " ref"] | None = None,
@@ -138,6 +160,7 @@ __all__ = [
     "NO_SPREAD_GENERATIONS",
     "SpreadWatch",
     "best_index",
+    "check_fitness",
     "fitness_dtype",
     "fitness_summary",
     "rank_nonfinite_worst",

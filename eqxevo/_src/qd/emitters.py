@@ -307,10 +307,14 @@ class ESEmitter(AbstractEmitter):
             again = told.age >= self.restart
         else:  # "no_improvement"
             again = ~jnp.any(insertion.added)
-        elite = random_elites(elite_key, after, 1)[0]
-        fresh = self._start(start_key, elite)
         again = again & jnp.any(after.filled)
-        return jax.tree.map(lambda a, b: jnp.where(again, a, b), fresh, told)
+
+        def restarted(told: ESState) -> ESState:
+            return self._start(start_key, random_elites(elite_key, after, 1)[0])
+
+        # A cond, not a select: a fresh strategy (CMA-ES's covariance, ...) is
+        # built only in the generations that restart.
+        return jax.lax.cond(again, restarted, lambda told: told, told)
 
 
 def _non_negative(name: str, value: Any) -> float:

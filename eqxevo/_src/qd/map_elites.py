@@ -17,10 +17,10 @@ import jax.random as jr
 
 from .._checks import positive_number
 from .._types import Array, Float, Genome, Int, Metrics, Population, PRNGKey, RawFitness
-from ..fitness import fitness_dtype, fitness_summary
+from ..fitness import check_fitness, fitness_dtype, fitness_summary
 from ..genome import GenomeLayout
 from ..memory import available_memory, format_bytes
-from ..strategy.base import StrategyState, check_state, state_signature
+from ..strategy.base import StrategyState, check_state, state_signature, told
 from ..strategy.strategy import Strategy
 from .archive import Archive, ArchiveState
 from .emitters import AbstractEmitter, check_emitters
@@ -254,19 +254,13 @@ class MapElites(eqx.Module):
         """
         self.check_state(state)
         flat = self.layout.flatten_population(population, self.population_size)
-        fitness = jnp.asarray(fitness)
-        if fitness.shape != (self.population_size,):
-            raise ValueError(
-                f"fitness: expected shape ({self.population_size},), one value per "
-                f"genome; got shape {fitness.shape}"
-            )
-        fitness = fitness.astype(fitness_dtype(fitness.dtype))
+        fitness = check_fitness(fitness, self.population_size)
         descriptors = jnp.asarray(descriptors)
         self.archive.check_descriptors(descriptors, self.population_size)
         inner: QDState = state.inner
         after, info = self.archive.insert(inner.archive, flat, fitness, descriptors)
 
-        def told(key: PRNGKey, inner: QDState) -> tuple[Any, ...]:
+        def tell_emitters(key: PRNGKey, inner: QDState) -> tuple[Any, ...]:
             keys = jr.split(key, len(self.emitters))
             new = []
             for emitter, k, s, part in zip(
@@ -287,24 +281,11 @@ class MapElites(eqx.Module):
             return tuple(new)
 
         emitters = jax.lax.cond(
-            state.generation == 0, lambda _, s: s.emitters, told, key, inner
+            state.generation == 0, lambda _, s: s.emitters, tell_emitters, key, inner
         )
-        # The best genome from the true fitness, in evosax's sign (lower better),
-        # as `Strategy` keeps it.
         nonfinite = ~jnp.isfinite(fitness)
-        internal = jnp.where(nonfinite, jnp.inf, -fitness).astype(
-            state.best_fitness.dtype
-        )
-        index = jnp.argmin(internal)
-        improved = internal[index] < state.best_fitness
-        new_state = StrategyState(
-            inner=QDState(archive=after, emitters=emitters),
-            generation=state.generation + 1,
-            best_flat=jnp.where(improved, flat[index], state.best_flat),
-            best_fitness=jnp.where(improved, internal[index], state.best_fitness),
-            made_by=state.made_by,
-            evaluation=state.evaluation,
-        )
+        inner = QDState(archive=after, emitters=emitters)
+        new_state = told(state, inner, flat, -fitness, nonfinite)
         metrics = fitness_summary(fitness, nonfinite, True)
         metrics["best_so_far"] = -new_state.best_fitness
         metrics.update(self.archive.metrics(after))

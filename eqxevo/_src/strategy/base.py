@@ -186,6 +186,29 @@ def state_signature(state: Any) -> tuple[Any, ...]:
     )
 
 
+def told(
+    state: StrategyState,
+    inner: Any,
+    flat: FlatPopulation,
+    internal: Fitness,
+    nonfinite: Any,
+) -> StrategyState:
+    """The state after a `tell`: `inner` as the algorithm's state, one more
+    generation, and the best genome kept from the true fitness (`internal`, in
+    evosax's sign: lower is better), so a failed genome never becomes the best."""
+    archive = jnp.where(nonfinite, jnp.inf, internal).astype(state.best_fitness.dtype)
+    index = jnp.argmin(archive)
+    improved = archive[index] < state.best_fitness
+    return StrategyState(
+        inner=inner,
+        generation=state.generation + 1,
+        best_flat=jnp.where(improved, flat[index], state.best_flat),
+        best_fitness=jnp.where(improved, archive[index], state.best_fitness),
+        made_by=state.made_by,
+        evaluation=state.evaluation,
+    )
+
+
 def check_state(
     state: Any,
     owner: Any,
@@ -245,5 +268,6 @@ __all__ = [
     "standard_promotion",
     "state_signature",
     "strongly_typed",
+    "told",
     "with_evaluation",
 ]

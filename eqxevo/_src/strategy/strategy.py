@@ -24,7 +24,12 @@ from .._types import (
     PRNGKey,
     RawFitness,
 )
-from ..fitness import fitness_dtype, fitness_summary, rank_nonfinite_worst
+from ..fitness import (
+    check_fitness,
+    fitness_dtype,
+    fitness_summary,
+    rank_nonfinite_worst,
+)
 from ..genome import GenomeLayout
 from ..registry import Family, StrategySpec, family_of, lookup_strategy
 from .algorithm import Algorithm, algorithm_params, build_algorithm, given_algorithm
@@ -35,6 +40,7 @@ from .base import (
     standard_promotion,
     state_signature,
     strongly_typed,
+    told,
 )
 from .distribution import DistributionFamily
 from .population import PopulationFamily
@@ -317,24 +323,7 @@ class Strategy(eqx.Module):
     def check_fitness(self, fitness: Any) -> Array:
         """`fitness` as this strategy's fitness dtype, or a `ValueError` unless it
         is one real (floating or integer) value per genome."""
-        fitness = jnp.asarray(fitness)
-        if fitness.shape != (self.population_size,):
-            raise ValueError(
-                f"fitness: expected shape ({self.population_size},), one value per "
-                f"genome; got shape {fitness.shape}"
-            )
-        if (
-            not (
-                jnp.issubdtype(fitness.dtype, jnp.floating)
-                or jnp.issubdtype(fitness.dtype, jnp.integer)
-            )
-            or fitness.dtype == jnp.bool_
-        ):
-            raise ValueError(
-                "fitness: expected a real (floating or integer) dtype; "
-                f"got {fitness.dtype}"
-            )
-        return fitness.astype(fitness_dtype(fitness.dtype))
+        return check_fitness(fitness, self.population_size)
 
     @eqx.filter_jit
     def tell(
@@ -376,20 +365,7 @@ class Strategy(eqx.Module):
                 self, key, flat, clean, state.inner, state.generation
             )
         inner = strongly_typed(inner)
-        # Archive from the true fitness: a failed genome never becomes the best.
-        archive = jnp.where(nonfinite, jnp.inf, internal).astype(
-            state.best_fitness.dtype
-        )
-        index = jnp.argmin(archive)  # evosax's sign: lower is better
-        improved = archive[index] < state.best_fitness
-        new_state = StrategyState(
-            inner=inner,
-            generation=state.generation + 1,
-            best_flat=jnp.where(improved, flat[index], state.best_flat),
-            best_fitness=jnp.where(improved, archive[index], state.best_fitness),
-            made_by=state.made_by,
-            evaluation=state.evaluation,
-        )
+        new_state = told(state, inner, flat, internal, nonfinite)
         metrics = fitness_summary(fitness, nonfinite, self.maximize)
         metrics["best_so_far"] = self._to_user(new_state.best_fitness)
         return new_state, metrics
