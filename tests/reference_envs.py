@@ -233,7 +233,8 @@ def chemotaxis_step(s, action, p, noise):
         "source_velocity": velocity,
         "time": time,
     }
-    return obs, state, reward, time >= p["episode_length"], {"distance": distance}
+    info = {"distance": distance, "x": position[0], "y": position[1]}
+    return obs, state, reward, time >= p["episode_length"], info
 
 
 # -- L2 ------------------------------------------------------------------------------
@@ -292,6 +293,7 @@ def foraging_step(s, action, p, noise):
     }
     done = dead or time >= p["episode_length"]
     info = {"homeostasis": balance, "died": dead, "intake": intake.sum()}
+    info.update({f"intake_{i}": intake[i] for i in range(len(intake))})
     return obs, state, reward, done, info
 
 

@@ -127,8 +127,98 @@ def test_improvement_ranking_puts_new_cells_then_improvements_then_the_rest():
         invalid=jnp.asarray([False, False, False, False, False, True]),
     )
     fitness = jnp.asarray([1.0, 3.0, 5.5, 7.0, 4.0, jnp.nan])
-    score = emitter._score(fitness, jnp.zeros((6, 1)), info, before)
+    score = emitter._score(fitness, jnp.zeros((6, 1)), info, before, jnp.asarray(False))
     np.testing.assert_array_equal(np.asarray(score), [4, 5, 2, 3, 1, 0])
+
+
+def _ranks(values):
+    return np.argsort(np.argsort(values, kind="stable"), kind="stable")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_alternate_ranks_by_fitness_then_by_novelty_switching_at_each_restart(seed):
+    # MAP-Elites-ES (Colas et al. 2020): exploit (fitness) for `restart`
+    # generations from one of the 2 fittest elites, then explore (novelty) from
+    # one of the 5 most novel, and so on. NumPy reference for the ranks and the
+    # elites each restart may start from.
+    archive, state = _filled_archive(seed, cells=(8, 8), count=60)
+    emitter = ESEmitter(
+        "Sep_CMA_ES", 8, ranking="alternate", restart=1, params={"std_init": 0.1}
+    ).bind(jnp.zeros(3))
+    es = emitter.init(jr.key(seed), jnp.zeros(3))
+    fit = np.asarray(state.fitness, np.float64)
+    filled = np.asarray(state.filled)
+    desc = np.asarray(state.descriptors, np.float64)
+    dist = np.linalg.norm(desc[:, None] - desc[None], axis=-1)
+    dist[:, ~filled] = np.inf
+    novel = np.sort(dist, axis=1)[:, :15].mean(1)
+    fittest = set(np.argsort(np.where(filled, fit, -np.inf))[-2:])
+    novelest = set(np.argsort(np.where(filled, novel, -np.inf))[-5:])
+    explore = False
+    for generation in range(4):
+        key = jr.fold_in(jr.key(seed), generation)
+        candidates, es = emitter.ask(key, es, state)
+        fitness = jr.normal(jr.fold_in(key, 1), (8,))
+        descriptors = jr.uniform(jr.fold_in(key, 2), (8, 2))
+        after, info = archive.insert(state, candidates, -100 + fitness, descriptors)
+        score = emitter._score(fitness, descriptors, info, state, es.explore)
+        d = np.linalg.norm(
+            np.asarray(descriptors, np.float64)[:, None] - desc[filled][None], axis=-1
+        )
+        want = np.sort(d, axis=1)[:, :15].mean(1) if explore else np.asarray(fitness)
+        np.testing.assert_array_equal(np.asarray(score), _ranks(want))
+        es = emitter.tell(
+            jr.fold_in(key, 3), candidates, fitness, descriptors, info, es, state, after
+        )
+        explore = not explore
+        assert bool(es.explore) == explore and int(es.age) == 0
+        start = np.asarray(emitter._strategy.mean(es.strategy))
+        genomes = np.asarray(state.genomes)
+        cell = [i for i in np.flatnonzero(filled) if (genomes[i] == start).all()]
+        assert cell and set(cell) <= (novelest if explore else fittest), generation
+
+
+def test_inserting_the_mean_evaluates_it_first_and_inserts_nothing_else():
+    # MAP-Elites-ES's offspring is the strategy's mean: candidate 0 of each
+    # batch is the mean, the only candidate the archive may take; the other
+    # batch_size - 1 are the strategy's population.
+    archive, state = _filled_archive(0)
+    emitter = ESEmitter(
+        "CMA_ES", 6, insert="mean", ranking="fitness", params={"std_init": 0.1}
+    ).bind(jnp.zeros(3))
+    assert emitter.strategy.population_size == 5
+    np.testing.assert_array_equal(emitter.insertable(), [1, 0, 0, 0, 0, 0])
+    es = emitter.init(jr.key(1), jnp.zeros(3))
+    candidates, es = emitter.ask(jr.key(2), es, state)
+    np.testing.assert_array_equal(
+        np.asarray(candidates[0]), np.asarray(emitter._strategy.mean(es.strategy))
+    )
+    fitness = jnp.full((6,), 100.0)  # every candidate better than every elite
+    descriptors = jnp.linspace(0.05, 0.95, 12).reshape(6, 2)
+    _, info = archive.insert(
+        state, candidates, fitness, descriptors, jnp.asarray(emitter.insertable())
+    )
+    np.testing.assert_array_equal(np.asarray(info.added), [1, 0, 0, 0, 0, 0])
+    with pytest.raises(ValueError, match='insert="mean" needs batch_size >= 3'):
+        ESEmitter("CMA_ES", 2, insert="mean")
+
+
+def test_map_elites_es_adds_at_most_its_mean_each_generation():
+    emitters = [
+        ESEmitter(
+            "Sep_CMA_ES",
+            16,
+            ranking="alternate",
+            insert="mean",
+            restart=5,
+            params={"std_init": 0.05},
+        )
+        for _ in range(2)
+    ]
+    me = MapElites(ARM_INITIAL, _arm_grid(), emitters, init_scale=0.3)
+    _, metrics = run_arm(me, jr.key(0), 12)
+    added = np.asarray(metrics["num_added"])
+    assert added[0] > 2 and (added[1:] <= 2).all() and added[1:].sum() > 0
 
 
 @pytest.mark.parametrize("algorithm", ["CMA_ES", "Sep_CMA_ES", "SNES", "Open_ES"])

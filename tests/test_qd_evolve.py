@@ -34,7 +34,10 @@ def map_elites():
     emitters = [
         IsoLineEmitter(8, iso_sigma=0.05, line_sigma=0.2),
         ESEmitter("CMA_ES", 8, params={"std_init": 0.1}),
-        ESEmitter("Sep_CMA_ES", 8, ranking="novelty", restart=3, novelty_k=3),
+        # MAP-Elites-ES: novelty and fitness in turn, only the mean inserted
+        ESEmitter(
+            "Sep_CMA_ES", 8, ranking="alternate", insert="mean", restart=2, novelty_k=3
+        ),
     ]
     return MapElites(
         Stranger(), Archive.grid((6, 6), -1.0, 1.0), emitters, init_scale=0.3

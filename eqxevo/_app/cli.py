@@ -163,8 +163,8 @@ def run(
         if name is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             env = experiment.env.name.replace(":", "-").replace("/", "-")
-            strategy = Path(experiment.strategy.name).stem
-            name = f"{env}-{experiment.net.name}-{strategy}-{stamp}"
+            method = config_module.method_name(experiment)
+            name = f"{env}-{experiment.net.name}-{method}-{stamp}"
         run_dir = Path(out) / name
         from .experiment.run import run_experiment
 
@@ -215,6 +215,11 @@ def _report(run_dir: Path, summary: dict[str, Any]) -> None:
         click.echo(line)
     best = summary.get("best_fitness")
     shown = "n/a" if best is None else f"{best:.5g}"
+    if summary.get("qd_score") is not None:  # a MAP-Elites run's archive
+        click.echo(
+            f"archive: QD score {summary['qd_score']:.5g}, coverage "
+            f"{100 * summary['coverage']:.1f}%, best elite {summary['max_fitness']:.5g}"
+        )
     segments = summary.get("num_segments", 1)
     click.echo(
         f"best training fitness {shown} after {summary['generations']} generations "

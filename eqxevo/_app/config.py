@@ -202,6 +202,52 @@ class RunConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class QDConfig:
+    """Quality-diversity (docs/qd.md): a MAP-Elites run over a behaviour
+    descriptor, its population `strategy.population_size` split among emitters."""
+
+    archive: Literal["off", "grid", "cvt"] = _spec(
+        "off",
+        help="off: an evolution-strategy run; grid or cvt: a MAP-Elites run that "
+        "keeps the best genome of every cell of the descriptor box",
+    )
+    cells: tuple[int, ...] = _spec(
+        (32, 32),
+        min=1,
+        help="grid: cells along each descriptor dimension; cvt: [number of cells]",
+    )
+    lower: tuple[float, ...] = _spec(
+        (-1.0, -1.0), help="the descriptor box's lower corner, one number a dimension"
+    )
+    upper: tuple[float, ...] = _spec(
+        (1.0, 1.0), help="the descriptor box's upper corner, one number a dimension"
+    )
+    descriptor: tuple[str, ...] = _spec(
+        ("mean_x", "mean_y"),
+        help="the lifetime's summary entries that are the descriptor, one a "
+        "dimension (mean_NAME: the environment's info entry NAME averaged over the "
+        "lifetime; an unknown one lists them)",
+    )
+    out_of_bounds: Literal["clip", "refuse"] = _spec(
+        "clip", help="a descriptor outside the box: clipped onto it, or refused"
+    )
+    qd_offset: float = _spec(
+        0.0, help="added to every elite's fitness in qd_score (minus a lower bound)"
+    )
+    cvt_seed: int = _spec(
+        0, min=0, help="cvt: the key of the centroids' k-means (not the run's seed)"
+    )
+    emitters: Mapping[str, Any] = _spec(
+        factory=dict,
+        help='NAME = { kind = "iso_line", iso_sigma = 0.01, line_sigma = 0.1 } or '
+        '{ kind = "es", algorithm = "CMA_ES", ranking = "improvement", restart = '
+        '"no_improvement", ... }, each with an optional batch_size (those without '
+        "share the rest of strategy.population_size equally); none: one iso_line "
+        "emitter",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class SinksConfig:
     """Where metrics go besides metrics.jsonl (the `sinks` extra)."""
 
@@ -224,7 +270,19 @@ class Experiment:
     net: NetConfig = _spec(factory=NetConfig, help="network")
     strategy: StrategyConfig = _spec(factory=StrategyConfig, help="strategy")
     run: RunConfig = _spec(factory=RunConfig, help="run length and bookkeeping")
+    qd: QDConfig = _spec(factory=QDConfig, help="quality-diversity")
     sinks: SinksConfig = _spec(factory=SinksConfig, help="metric sinks")
+
+
+def qd_run(experiment: Experiment) -> bool:
+    """Whether `experiment` is a MAP-Elites run (`qd.archive` is not "off")."""
+    return experiment.qd.archive != "off"
+
+
+def method_name(experiment: Experiment) -> str:
+    """What searches, for run names and titles: "map-elites" for a `[qd]` run,
+    else the strategy's name (a preset file's stem)."""
+    return "map-elites" if qd_run(experiment) else Path(experiment.strategy.name).stem
 
 
 # -- validation ---------------------------------------------------------------------
@@ -239,6 +297,8 @@ def _type_name(tp: Any) -> str:
         return "a table"
     if typing.get_origin(tp) in (Mapping, dict):
         return "a table"
+    if typing.get_origin(tp) is tuple:
+        return f"a list of {_type_name(typing.get_args(tp)[0])}"
     return getattr(tp, "__name__", str(tp))
 
 
@@ -256,6 +316,15 @@ def _check_value(key: str, tp: Any, value: Any, metadata: Mapping[str, Any]) -> 
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key} must be a table; got {value!r}")
         return dict(value)
+    if origin is tuple:
+        if not isinstance(value, list | tuple) or not value:
+            raise ConfigError(
+                f"{key} must be {_type_name(tp)}, not empty; got {value!r}"
+            )
+        item = typing.get_args(tp)[0]
+        return tuple(
+            _check_value(f"{key}[{i}]", item, v, metadata) for i, v in enumerate(value)
+        )
     minimum, above = metadata.get("min"), metadata.get("above")
     if tp is float:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
@@ -336,8 +405,15 @@ def from_dict(data: Mapping[str, Any]) -> Experiment:
 
 
 def to_dict(experiment: Experiment) -> dict[str, Any]:
-    """Nested plain dicts of every value (defaults included)."""
-    return dataclasses.asdict(experiment)
+    """Nested plain dicts of every value (defaults included; lists as lists, as
+    TOML and JSON read them back)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return list(value) if isinstance(value, tuple) else value
+
+    return plain(dataclasses.asdict(experiment))
 
 
 def _parse_value(raw: str) -> Any:

@@ -268,6 +268,16 @@ def format_seconds(seconds: int | float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def archive_text(records: Sequence[Mapping[str, Any]]) -> str:
+    """A MAP-Elites run's archive in a progress line: the best QD score and
+    coverage of `records` (one generation's, a record per seed); "" for others."""
+    scores = [r["qd_score"] for r in records if r.get("qd_score") is not None]
+    if not scores:
+        return ""
+    coverage = max(r["coverage"] for r in records if "coverage" in r)
+    return f"QD score {_fmt(max(scores))}  coverage {100 * coverage:.1f}%"
+
+
 def heldout_text(records: Sequence[Mapping[str, Any]]) -> str | None:
     """The newest held-out evaluation among `records`, in words: the mean genome's
     (or, for algorithms without a mean, the best-so-far genome's) held-out
@@ -343,6 +353,7 @@ class Progress:
         self.best: float | None = None
         self.mean: float | None = None
         self.heldout: str | None = None
+        self.archive = ""  # a MAP-Elites run's QD score and coverage
         self.projected: float | None = None
         self._printed_at = -1
 
@@ -456,6 +467,7 @@ class Progress:
         means = [r["mean"] for r in latest if r.get("mean") is not None]
         self.best = max(bests) if bests else None
         self.mean = float(np.mean(means)) if means else None
+        self.archive = archive_text(latest)
         # Held-out evaluations run every few generations: keep the last one shown.
         self.heldout = heldout_text(records) or self.heldout
         if first_chunk:
@@ -493,6 +505,7 @@ class Progress:
         eta = self.eta
         parts = [self.heldout] if self.heldout else []
         parts += [f"train best so far {_fmt(self.best)}", f"mean {_fmt(self.mean)}"]
+        parts += [self.archive] if self.archive else []
         rate = self.agent_steps_per_second
         if rate > 0:
             parts.append(f"{rate:.3g} agent-steps/s")
@@ -551,6 +564,7 @@ __all__ = [
     "SinkError",
     "TensorBoardSink",
     "WandbSink",
+    "archive_text",
     "format_seconds",
     "heldout_text",
     "history_records",

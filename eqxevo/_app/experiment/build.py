@@ -20,13 +20,15 @@ from eqxevo._src.keys import seed_keys
 from eqxevo._src.obs_norm import normalized
 from eqxevo._src.options import EvolveOptions
 from eqxevo._src.presets import PresetError, kwarg_value
+from eqxevo._src.qd.map_elites import AnyStrategy
 from eqxevo._src.registry import effective_options, lookup_env, lookup_net
 from eqxevo._src.rollout import LifetimeFitness
 from eqxevo._src.runs import initial_state
 from eqxevo._src.strategy.base import StrategyState
 from eqxevo._src.strategy.strategy import Strategy
 
-from ..config import ConfigError, Experiment, plain_value
+from ..config import ConfigError, Experiment, plain_value, qd_run
+from .qd import effective_qd, make_map_elites
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,12 +226,13 @@ def _scalar_fields(params: Any) -> dict[str, Any]:
 
 
 def effective_config(
-    experiment: Experiment, parts: Parts, env_params: Any, strategy: Strategy
+    experiment: Experiment, parts: Parts, env_params: Any, strategy: AnyStrategy
 ) -> Experiment:
     """The experiment with the effective value of every option written out:
     `net.options` and `env.options` (what the constructors take), `env.params`
-    (every field) and `strategy.params` (every scalar field). Building it gives
-    the same objects; its effective config is itself."""
+    (every field), `strategy.params` (every scalar field) and, for a MAP-Elites
+    run, every emitter's kind and batch. Building it gives the same objects; its
+    effective config is itself."""
     fields = {
         f.name: plain_value(getattr(env_params, f.name))
         for f in dataclasses.fields(env_params)
@@ -237,21 +240,24 @@ def effective_config(
     env_values = {k: v for k, v in fields.items() if v is not None}
     # The values the strategy holds (float32, shortest decimal), not the written
     # ones: they read back to the same bits. Tables (optimizer settings) as written.
+    held = _scalar_fields(strategy.params) if isinstance(strategy, Strategy) else {}
     strategy_params = {
-        **_scalar_fields(strategy.params),
+        **held,
         **{
             k: v
             for k, v in experiment.strategy.params.items()
             if not isinstance(v, int | float)  # tables and lists as written
         },
     }
-    return dataclasses.replace(
-        experiment,
-        env=dataclasses.replace(
-            experiment.env, options=parts.env_options, params=env_values
-        ),
-        net=dataclasses.replace(experiment.net, options=parts.net_options),
-        strategy=dataclasses.replace(experiment.strategy, params=strategy_params),
+    return effective_qd(
+        dataclasses.replace(
+            experiment,
+            env=dataclasses.replace(
+                experiment.env, options=parts.env_options, params=env_values
+            ),
+            net=dataclasses.replace(experiment.net, options=parts.net_options),
+            strategy=dataclasses.replace(experiment.strategy, params=strategy_params),
+        )
     )
 
 
@@ -264,7 +270,8 @@ class Built:
     env: AbstractEnv
     env_params: Any
     genome: Genome
-    strategy: Strategy
+    strategy: AnyStrategy
+    """A `Strategy`, or `MapElites` for a `[qd]` run."""
     fitness: Callable[..., Any]
     key: PRNGKey
     """The key handed to `evolve` (`keys.seed_keys(run.seed)`)."""
@@ -332,7 +339,10 @@ def build(experiment: Experiment) -> Built:
     genome_key, run_key = seed_keys(experiment.run.seed)
     env, env_params = make_env(experiment, parts)
     genome = make_genome(experiment, parts, env, genome_key)
-    strategy = make_strategy(experiment, parts, genome)
+    if qd_run(experiment):
+        strategy: AnyStrategy = make_map_elites(experiment, genome)
+    else:
+        strategy = make_strategy(experiment, parts, genome)
     fitness = LifetimeFitness(
         env,
         env_params,

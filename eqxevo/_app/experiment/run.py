@@ -25,6 +25,7 @@ from eqxevo._src.heldout import (
     heldout_record,
 )
 from eqxevo._src.memory import format_bytes
+from eqxevo._src.qd.map_elites import MapElites
 from eqxevo._src.runs import take
 
 from .. import config as config_module
@@ -397,6 +398,11 @@ class Run:
                 name = GENOME_FILES[which]
                 checksums[name] = sha256(self.dir.path / name)
         self.dir.plot(self.built.experiment, certificate_bands(self.built.experiment))
+        if isinstance(strategy, MapElites):  # archive.png, and its QD metrics
+            archive, contents = strategy.archive, state.inner.archive
+            self.summary.update(
+                self.dir.plot_archive(self.built.experiment, archive, contents)
+            )
         last = [r for r in self.dir.metrics.read() if r.get("seed", 0) == seed][-1:]
         self.summary["best_fitness"] = float(fitness) if np.isfinite(fitness) else None
         self.summary["final_mean_fitness"] = last[0].get("mean") if last else None

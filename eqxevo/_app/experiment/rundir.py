@@ -14,11 +14,12 @@ from typing import IO, Any
 import equinox as eqx
 
 from eqxevo._src._types import Genome
+from eqxevo._src.qd.archive import Archive, ArchiveState
 
 from .. import config as config_module
 from ..checkpoint import Checkpointer
-from ..config import Experiment
-from ..figures import plot_fitness
+from ..config import Experiment, method_name
+from ..figures import archive_figure, plot_fitness, save_figure
 from ..lock import WriterLock
 from ..metrics import MetricsLog
 
@@ -295,7 +296,7 @@ class RunDir:
         e = experiment
         seeds = f", {e.run.num_seeds} seeds" if e.run.num_seeds > 1 else ""
         return (
-            f"{self.path.name}: {e.env.name}, {e.net.name}, {e.strategy.name} "
+            f"{self.path.name}: {e.env.name}, {e.net.name}, {method_name(e)} "
             f"(P={e.strategy.population_size}, T={e.run.lifetime}{seeds})"
         )
 
@@ -315,6 +316,22 @@ class RunDir:
         return plot_fitness(
             records, self.path / "fitness.png", title=title, bands=bands
         )
+
+    def plot_archive(
+        self, experiment: Experiment, archive: Archive, contents: ArchiveState
+    ) -> dict[str, float]:
+        """A MAP-Elites run's archive: archive.png (its heatmap, over 2 or more
+        descriptor dimensions) and its QD metrics, for summary.json."""
+        metrics = {k: float(v) for k, v in archive.metrics(contents).items()}
+        if archive.descriptor_size >= 2:
+            figure = archive_figure(
+                archive,
+                contents,
+                labels=experiment.qd.descriptor,
+                title=self.title(experiment),
+            )
+            save_figure(figure, self.path / "archive.png")
+        return metrics
 
 
 __all__ = [

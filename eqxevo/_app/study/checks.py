@@ -309,7 +309,11 @@ Alternative = Literal["greater", "less", "two-sided", "equivalent"]
 ALTERNATIVES: tuple[Alternative, ...] = ("greater", "less", "two-sided", "equivalent")
 Test = Literal["welch", "mwu", "bootstrap"]
 TESTS: tuple[Test, ...] = ("welch", "mwu", "bootstrap")
-COMPARE_KEYS = ("a", "b", "test", "alternative", "margin", "effect")
+COMPARE_KEYS = ("a", "b", "test", "alternative", "margin", "effect", "metric")
+
+COMPARE_METRICS = ("heldout_mean", "qd_score", "coverage")
+"""What a declared comparison compares: each run's held-out final fitness, or a
+MAP-Elites run's final QD score or coverage."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,6 +330,7 @@ class Comparison:
         margin = 2.0              # only with alternative = "equivalent"
         effect = 3.0              # the smallest difference worth finding, for
                                   # `eqxevo study plan --power` (not with a margin)
+        metric = "heldout_mean"   # or, for MAP-Elites runs, "qd_score", "coverage"
 
     With axes, the two arms are compared at every combination of axis values.
     """
@@ -336,6 +341,7 @@ class Comparison:
     alternative: Alternative = "greater"
     margin: float | None = None
     effect: float | None = None
+    metric: str = "heldout_mean"
 
 
 def _positive(value: Any) -> bool:
@@ -398,6 +404,17 @@ def _compare_faults(where: str, entry: Mapping[str, Any], arms: Any) -> list[str
     effect = entry.get("effect")
     if effect is not None and not _positive(effect):
         faults.append(f"{where}.effect = {effect!r}; it must be a positive number")
+    metric = entry.get("metric", "heldout_mean")
+    if metric not in COMPARE_METRICS:
+        faults.append(
+            f"{where}.metric = {metric!r}; it must be one of "
+            + ", ".join(map(repr, COMPARE_METRICS))
+        )
+    elif effect is not None and metric != "heldout_mean":
+        faults.append(
+            f"{where}.effect: power is planned from tuning's held-out fitness; "
+            f"drop the effect of a comparison on {metric}"
+        )
     if effect is not None and alternative == "equivalent":
         faults.append(
             f"{where}.effect: an equivalence test's effect is its margin; drop "
@@ -432,6 +449,7 @@ def parse_compare(
                     entry.get("alternative", "greater"),
                     None if margin is None else float(margin),
                     None if effect is None else float(effect),
+                    entry.get("metric", "heldout_mean"),
                 )
             )
     return tuple(out)
@@ -454,6 +472,7 @@ def parse_slurm(table: Any, errors: list[str]) -> dict[str, Any]:
 __all__ = [
     "ALTERNATIVES",
     "COMPARE_KEYS",
+    "COMPARE_METRICS",
     "FORBIDDEN",
     "MAX_RUNS",
     "SECTIONS",

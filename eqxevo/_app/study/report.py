@@ -71,6 +71,20 @@ METRICS: dict[str, str] = {
 }
 """Per-run figures that summary.csv summarises and comparisons compare."""
 
+QD_METRICS: dict[str, str] = {
+    "qd_score": "archive: final QD score",
+    "coverage": "archive: final coverage",
+    "max_fitness": "archive: best elite's fitness",
+}
+"""A MAP-Elites run's figures (its summary.json's), beside `METRICS` in the
+tables of a study that has them."""
+
+
+def study_metrics(cells: Any) -> dict[str, str]:
+    """`METRICS`, and `QD_METRICS` when some run of `cells` is a MAP-Elites run."""
+    qd = "qd_score" in cells and cells["qd_score"].notna().any()
+    return METRICS | (QD_METRICS if qd else {})
+
 
 # -- tables -------------------------------------------------------------------------
 
@@ -88,6 +102,7 @@ def cells_table(out: str | Path, study: Study | None = None) -> Any:
         row["seed"] = run.seed
         row.update(heldout_columns(summary))
         row.update({k: summary.get(k) for k in RUN_COLUMNS})
+        row.update({k: summary.get(k) for k in QD_METRICS})
         row["complete"] = bool(summary.get("complete", False))
         row["platform"] = platform(summary)
         row["run_dir"] = str(Path("runs") / run.id)
@@ -226,9 +241,10 @@ def comparisons_table(
 
 
 def preregistered_table(cells: Any, study: Study) -> Any:
-    """The pre-registered comparisons (`[[study.compare]]`) on held-out final
-    fitness: `eqxevo._app.study.stats.preregistered_tests` for arm A against arm B
-    at every combination of axis values, Holm-corrected over all of them."""
+    """The pre-registered comparisons (`[[study.compare]]`), each on its metric
+    (held-out final fitness by default): `stats.preregistered_tests` for arm A
+    against arm B at every combination of axis values, Holm-corrected over all
+    of them."""
     pd = require("pandas", "eqxevo study report")
     pairs, context = [], []
     for c in study.compare:
@@ -241,10 +257,11 @@ def preregistered_table(cells: Any, study: Study) -> Any:
                 ", ".join(f"{k}={format_value(v)}" for k, v in cell.values.items())
             )
     scores = {
-        name: cells.loc[cells["cell"] == name, "heldout_mean"]
+        (name, p.metric): cells.loc[cells["cell"] == name, p.metric]
         .dropna()
         .to_numpy(np.float64)
-        for name in {p.a for p in pairs} | {p.b for p in pairs}
+        for p in pairs
+        for name in (p.a, p.b)
     }
     rows = preregistered_tests(pairs, scores)
     for row, where in zip(rows, context, strict=True):
@@ -293,7 +310,8 @@ def _preregistered_lines(table: Any, note: str) -> list[str]:
     rows = [
         [
             f"{row['a']} vs {row['b']}"
-            + (f" ({row['context']})" if row["context"] else ""),
+            + (f" ({row['context']})" if row["context"] else "")
+            + (f", on {row['metric']}" if row["metric"] != "heldout_mean" else ""),
             _hypothesis(row),
             TESTS[row["test"]][0]
             + (" (TOST)" if row["alternative"] == "equivalent" else ""),
@@ -312,7 +330,8 @@ def _preregistered_lines(table: Any, note: str) -> list[str]:
         "## Pre-registered comparisons",
         "",
         "Declared in the study file before it ran (`[[study.compare]]`), on "
-        "held-out final fitness: each comparison's one declared test, in the "
+        "held-out final fitness unless a row names another metric: each "
+        "comparison's one declared test, in the "
         "declared direction (an equivalence claim: two one-sided tests within "
         f"the margin), Holm-corrected over these comparisons at α = {ALPHA}. "
         "The verdict is what that test supports: better, worse, equivalent "
@@ -355,9 +374,10 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
     refs.to_csv(to / "references.csv", index=False)
     cells.to_csv(to / "cells.csv", index=False)
     complete = cells[cells["complete"]]
-    summary = summary_table(complete, METRICS | CURVE_METRICS)
+    metrics = study_metrics(cells)
+    summary = summary_table(complete, metrics | CURVE_METRICS)
     summary.to_csv(to / "summary.csv", index=False)
-    comparisons = room_columns(comparisons_table(complete, study), complete)
+    comparisons = room_columns(comparisons_table(complete, study, metrics), complete)
     comparisons.to_csv(to / "comparisons.csv", index=False)
     preregistered = room_columns(preregistered_table(complete, study), complete)
     if study.compare:
@@ -369,7 +389,7 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
         bands, seeds, to / "learning_curves.png", references=study_bands(study)
     )
     plots.final_fitness(
-        complete, summary, list(METRICS.items()), to / "final_fitness.png"
+        complete, summary, list(metrics.items()), to / "final_fitness.png"
     )
     plots.performance_profile(
         complete,
@@ -410,7 +430,7 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
         "## Cells",
         "",
     ]
-    for metric, label in METRICS.items():
+    for metric, label in metrics.items():
         headers = ["cell", "n", "mean ± std", "95% CI", "IQM [95% CI]"]
         extra = metric == "heldout_mean" and "normalised_mean" in summary
         rows = []
@@ -463,7 +483,7 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
                 [
                     f"{row['factor']}: {row['a']} vs {row['b']}"
                     + (f" ({row['context']})" if row["context"] else ""),
-                    METRICS[row["metric"]],
+                    metrics[row["metric"]],
                     f"{row['n_a']}, {row['n_b']}",
                     f"{fmt(row['difference'])} {ci(row, 'difference', n)}",
                     f"U={fmt(row['mannwhitney_u'])}, p={fmt(row['p_value'], 3)} "
@@ -512,6 +532,7 @@ def write_report(out: str | Path, to: str | Path | None = None) -> Path:
 __all__ = [
     "HELDOUT_COLUMNS",
     "METRICS",
+    "QD_METRICS",
     "RUN_COLUMNS",
     "cells_table",
     "comparisons_table",

@@ -107,7 +107,7 @@ def verdict(alternative: str, p_holm: float, difference: float) -> str:
 
 def preregistered_tests(
     comparisons: Sequence[Comparison],
-    scores: Mapping[str, Float[np.ndarray, " runs"]],
+    scores: Mapping[Any, Float[np.ndarray, " runs"]],
     resamples: int | None = None,
 ) -> list[dict[str, Any]]:
     """One row per declared comparison: n and mean of each side, P(A > B) with
@@ -119,17 +119,21 @@ def preregistered_tests(
     one-sided tests (TOST) of the declared kind: A + m > B and A - m < B; its p
     is the larger of the two, its statistic the lower test's.
 
-    `scores[cell]` holds each run's score (one per seed).
+    `scores[cell, metric]` (or `scores[cell]`) holds each run's score of the
+    comparison's metric (one per seed).
     """
     multitest = require("statsmodels.stats.multitest", "Holm's correction")
     rows = []
     for c in comparisons:
-        a = np.asarray(scores[c.a], np.float64)
-        b = np.asarray(scores[c.b], np.float64)
+        a, b = (
+            np.asarray(scores.get((side, c.metric), scores.get(side)), np.float64)
+            for side in (c.a, c.b)
+        )
         poi, poi_low, poi_high = probability_of_improvement(a, b, resamples)
         row: dict[str, Any] = {
             "a": c.a,
             "b": c.b,
+            "metric": c.metric,
             "test": c.test,
             "alternative": c.alternative,
             "margin": math.nan if c.margin is None else c.margin,

@@ -152,7 +152,8 @@ class Chemotaxis(AbstractArenaEnv):
         new_state = ChemotaxisState(position, heading, source, velocity, time)
         obs = self._sense(new_state, params, noise.sensor)
         done = time >= params.episode_length
-        return obs, new_state, reward, done, {"distance": distance}
+        info = {"distance": distance, "x": position[0], "y": position[1]}
+        return obs, new_state, reward, done, info
 
     def fields(
         self, state: ChemotaxisState, params: ChemotaxisParams, points: Points

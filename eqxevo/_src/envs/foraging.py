@@ -282,6 +282,8 @@ class Foraging(AbstractFeedingEnv):
         obs = self.observe(new_state, params, noise.sensor)
         done = dead | (time >= params.episode_length)
         info = {"homeostasis": balance, "died": dead, "intake": jnp.sum(intake)}
+        # each resource's intake: the mix of food eaten (a QD descriptor)
+        info.update({f"intake_{i}": intake[i] for i in range(self.num_resources)})
         return obs, new_state, reward, done, info
 
 

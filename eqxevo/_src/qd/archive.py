@@ -305,6 +305,7 @@ class Archive(eqx.Module):
         genomes: Float[Array, "batch dim"],
         fitness: Float[Array, " batch"],
         descriptors: Array,
+        insertable: Bool[Array, " batch"] | None = None,
     ) -> tuple[ArchiveState, Insertion]:
         """Add a batch of candidates (fitness maximised).
 
@@ -312,7 +313,9 @@ class Archive(eqx.Module):
         that cell (the first of equals) and strictly better than the elite
         there. A non-finite fitness or descriptor is never inserted; a
         descriptor outside the box is clipped onto it or refused
-        (`out_of_bounds`). Either way, `Insertion` says what happened.
+        (`out_of_bounds`); nor is a candidate that `insertable` leaves out (an
+        evolution strategy's samples, where only its mean is inserted). Either
+        way, `Insertion` says what happened.
         """
         batch = genomes.shape[0]
         self.check_descriptors(descriptors, batch)
@@ -322,6 +325,8 @@ class Archive(eqx.Module):
             (descriptors < self.lower) | (descriptors > self.upper), -1
         )
         refused = invalid | (outside if self.out_of_bounds == "refuse" else False)
+        if insertable is not None:
+            refused = refused | ~insertable
         clipped = jnp.clip(descriptors, self.lower, self.upper)
         cell = self.cells(jnp.where(invalid[:, None], self.lower, clipped))
         value = jnp.where(refused, -jnp.inf, fitness.astype(state.fitness.dtype))

@@ -5,9 +5,11 @@
 - `ESEmitter`: an evolution strategy (any distribution-based evosax algorithm,
   through `Strategy`) whose candidates are ranked for its update by what they
   did to the archive (`ranking="improvement"`, CMA-ME: Fontaine et al. 2020),
-  by their fitness, or by their novelty (the mean distance of their descriptor
-  to the k nearest elites'), and which restarts from a random elite when a
-  generation added nothing or after a fixed number of generations.
+  by their fitness, by their novelty (the mean distance of their descriptor
+  to the k nearest elites'), or by the two in turn (`"alternate"`,
+  MAP-Elites-ES: Colas et al. 2020), and which restarts from an elite when a
+  generation added nothing or after a fixed number of generations. With
+  `insert="mean"` only its mean enters the archive, as in MAP-Elites-ES.
 
 Every emitter works on flat genomes (`GenomeLayout`'s vectors); `MapElites`
 (`map_elites.py`) runs several at once, each on its own slice of the
@@ -21,14 +23,17 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 
 from .._checks import one_of, positive_int, positive_number
-from .._types import Array, Float, PRNGKey
+from .._types import Array, Bool, Float, PRNGKey
 from ..strategy.strategy import Strategy
 from .archive import ArchiveState, Insertion
 
-Ranking = Literal["improvement", "fitness", "novelty"]
-RANKINGS: tuple[Ranking, ...] = ("improvement", "fitness", "novelty")
+Ranking = Literal["improvement", "fitness", "novelty", "alternate"]
+RANKINGS: tuple[Ranking, ...] = ("improvement", "fitness", "novelty", "alternate")
+Insert = Literal["samples", "mean"]
+INSERTS: tuple[Insert, ...] = ("samples", "mean")
 
 
 def random_elites(
@@ -60,6 +65,18 @@ def novelty(
     return jnp.where(count > 0, mean, jnp.inf)
 
 
+def top_elite(
+    key: PRNGKey, score: Float[Array, " cells"], filled: Bool[Array, " cells"], n: int
+) -> Array:
+    """A cell drawn uniformly from the `n` filled cells of highest `score`
+    (fewer when fewer are filled; cell 0 when none is: callers check)."""
+    score = jnp.where(filled, score, -jnp.inf)
+    value, cells = jax.lax.top_k(score, min(n, score.shape[0]))
+    weight = jnp.where(value > -jnp.inf, 1.0, 0.0)
+    pick = jr.choice(key, cells.shape[0], p=weight / jnp.maximum(weight.sum(), 1.0))
+    return cells[pick]
+
+
 class AbstractEmitter(eqx.Module):
     """Proposes `batch_size` candidates a generation and learns from what they did.
 
@@ -73,6 +90,11 @@ class AbstractEmitter(eqx.Module):
         """This emitter made for genomes like `initial` (flat)."""
         del initial
         return self
+
+    def insertable(self) -> np.ndarray:
+        """Which of its candidates may enter the archive (all, unless the
+        emitter evaluates some only to learn from them)."""
+        return np.ones(self.batch_size, bool)
 
     @abc.abstractmethod
     def init(self, key: PRNGKey, initial: Float[Array, " dim"]) -> Any:
@@ -154,30 +176,42 @@ class IsoLineEmitter(AbstractEmitter):
 
 
 class ESState(eqx.Module):
-    """An `ESEmitter`'s state: its strategy's, and generations since its start."""
+    """An `ESEmitter`'s state: its strategy's, generations since its start, and
+    (`ranking="alternate"`) whether it explores (novelty) or exploits (fitness)."""
 
     strategy: Any
     age: Array
+    explore: Array
 
 
 class ESEmitter(AbstractEmitter):
-    """An evolution strategy over the archive (CMA-ME with `"CMA_ES"` and the
-    default improvement ranking).
+    """An evolution strategy over the archive: CMA-ME with `"CMA_ES"` and the
+    defaults; MAP-Elites-ES with `ranking="alternate", insert="mean",
+    restart=10`.
 
     Arguments:
         algorithm: a distribution-based evosax algorithm, by any name `Strategy`
             takes (`"CMA_ES"`, `"Sep_CMA_ES"`, `"snes"`, a class or instance).
-        batch_size: candidates per generation (the strategy's population size).
+        batch_size: candidates per generation.
         ranking: how candidates are ranked for the strategy's update:
             `"improvement"` (first those that filled an empty cell, then those
             that improved a cell, each by how much; then the rest, by how far
-            short of their cell's elite they fell), `"fitness"`, or
-            `"novelty"` (mean descriptor distance to the `novelty_k` nearest
-            elites before the generation's insertion).
-        restart: `"no_improvement"` restarts the strategy from a random elite
-            after a generation that added nothing to the archive; an int n
-            restarts it every n generations; None never.
-        novelty_k: neighbours for `ranking="novelty"`.
+            short of their cell's elite they fell), `"fitness"`, `"novelty"`
+            (mean descriptor distance to the `novelty_k` nearest elites before
+            the generation's insertion), or `"alternate"`: fitness and novelty
+            in turn, switching at each restart (it starts by exploiting), the
+            new start drawn from the `exploit_cells` fittest elites when it
+            exploits and from the `explore_cells` most novel when it explores.
+        restart: `"no_improvement"` restarts the strategy from an elite (drawn
+            uniformly, or as `"alternate"` says) after a generation that added
+            nothing to the archive; an int n restarts it every n generations;
+            None never.
+        insert: `"samples"`: every candidate may enter the archive (the
+            strategy's population is `batch_size`); `"mean"`: the first
+            candidate is the strategy's mean, the only one that may enter, and
+            the other `batch_size - 1` are samples the strategy learns from.
+        novelty_k: neighbours for novelty.
+        exploit_cells, explore_cells: the elites `"alternate"` starts from.
         params, **kwargs: the strategy's evosax `Params` overrides
             (`{"std_init": 0.5}`) and constructor arguments, as `Strategy`.
 
@@ -189,7 +223,10 @@ class ESEmitter(AbstractEmitter):
     batch_size: int = eqx.field(static=True)
     ranking: Ranking = eqx.field(static=True)
     restart: str | int | None = eqx.field(static=True)
+    insert: Insert = eqx.field(static=True)
     novelty_k: int = eqx.field(static=True)
+    exploit_cells: int = eqx.field(static=True)
+    explore_cells: int = eqx.field(static=True)
     options: tuple[tuple[str, Any], ...] = eqx.field(static=True)
     params: Any
     strategy: Strategy | None
@@ -201,7 +238,10 @@ class ESEmitter(AbstractEmitter):
         *,
         ranking: Ranking = "improvement",
         restart: str | int | None = "no_improvement",
+        insert: Insert = "samples",
         novelty_k: int = 15,
+        exploit_cells: int = 2,
+        explore_cells: int = 5,
         params: Any = None,
         **kwargs: Any,
     ):
@@ -211,17 +251,36 @@ class ESEmitter(AbstractEmitter):
         if restart is not None and restart != "no_improvement":
             restart = positive_int("restart (generations)", restart)
         self.restart = restart
+        self.insert = one_of("insert", insert, INSERTS)
+        if insert == "mean" and batch_size < 3:
+            raise ValueError(
+                f'insert="mean" needs batch_size >= 3 (the mean and at least 2 '
+                f"samples); got {batch_size}"
+            )
         self.novelty_k = positive_int("novelty_k", novelty_k)
+        self.exploit_cells = positive_int("exploit_cells", exploit_cells)
+        self.explore_cells = positive_int("explore_cells", explore_cells)
         self.options = tuple(sorted(kwargs.items()))
         self.params = params
         self.strategy = None
+
+    @property
+    def num_samples(self) -> int:
+        """The strategy's population: the candidates it learns from."""
+        return self.batch_size - (self.insert == "mean")
+
+    def insertable(self) -> np.ndarray:
+        mask = np.ones(self.batch_size, bool)
+        if self.insert == "mean":
+            mask[1:] = False
+        return mask
 
     def bind(self, initial: Float[Array, " dim"]) -> "ESEmitter":
         """This emitter with its strategy built for genomes like `initial`."""
         strategy = Strategy(
             self.algorithm,
             initial,
-            self.batch_size,
+            self.num_samples,
             maximize=True,
             params=self.params,
             **dict(self.options),
@@ -241,19 +300,25 @@ class ESEmitter(AbstractEmitter):
             raise ValueError("this ESEmitter has no genome yet: use it in MapElites")
         return self.strategy
 
-    def _start(self, key: PRNGKey, mean: Float[Array, " dim"]) -> ESState:
+    def _start(
+        self, key: PRNGKey, mean: Float[Array, " dim"], explore: Array
+    ) -> ESState:
         # The strategy's own init around `mean`: as if it had been built there.
         moved = eqx.tree_at(lambda s: s.initial_flat, self._strategy, mean)
-        return ESState(strategy=moved.init(key), age=jnp.zeros((), jnp.int32))
+        age = jnp.zeros((), jnp.int32)
+        return ESState(strategy=moved.init(key), age=age, explore=explore)
 
     def init(self, key: PRNGKey, initial: Float[Array, " dim"]) -> Any:
-        return self._start(key, initial)
+        return self._start(key, initial, jnp.zeros((), bool))
 
     def ask(
         self, key: PRNGKey, state: Any, archive_state: ArchiveState
     ) -> tuple[Float[Array, "batch dim"], Any]:
-        candidates, inner = self._strategy.ask(key, state.strategy)
-        return candidates, ESState(strategy=inner, age=state.age)
+        samples, inner = self._strategy.ask(key, state.strategy)
+        if self.insert == "mean":
+            mean = self._strategy.mean(state.strategy)
+            samples = jnp.concatenate([mean[None].astype(samples.dtype), samples])
+        return samples, ESState(strategy=inner, age=state.age, explore=state.explore)
 
     def _score(
         self,
@@ -261,14 +326,18 @@ class ESEmitter(AbstractEmitter):
         descriptors: Float[Array, "batch d"],
         insertion: Insertion,
         before: ArchiveState,
+        explore: Array,
     ) -> Float[Array, " batch"]:
         """Each candidate's rank for the update (0 the worst, higher better)."""
+        tier = jnp.zeros(fitness.shape, jnp.int32)
         if self.ranking == "fitness":
-            tier = jnp.zeros(fitness.shape, jnp.int32)
             value = fitness
         elif self.ranking == "novelty":
-            tier = jnp.zeros(fitness.shape, jnp.int32)
             value = novelty(descriptors, before, self.novelty_k)
+        elif self.ranking == "alternate":
+            value = jnp.where(
+                explore, novelty(descriptors, before, self.novelty_k), fitness
+            )
         else:
             tier = insertion.new_cell.astype(jnp.int32) * 2 + (
                 insertion.added & ~insertion.new_cell
@@ -286,6 +355,22 @@ class ESEmitter(AbstractEmitter):
         )
         return rank.astype(fitness.dtype)
 
+    def _restart_from(
+        self, key: PRNGKey, archive: ArchiveState, explore: Array
+    ) -> Float[Array, " dim"]:
+        """Where a restart starts: an elite drawn uniformly, or (`"alternate"`)
+        one of the fittest or most novel."""
+        if self.ranking != "alternate":
+            return random_elites(key, archive, 1)[0]
+        fit_key, novel_key = jr.split(key)
+        fittest = top_elite(
+            fit_key, archive.fitness, archive.filled, self.exploit_cells
+        )
+        # novelty against the archive, each elite its own nearest neighbour
+        novel = novelty(archive.descriptors, archive, self.novelty_k)
+        novelest = top_elite(novel_key, novel, archive.filled, self.explore_cells)
+        return archive.genomes[jnp.where(explore, novelest, fittest)]
+
     def tell(
         self,
         key: PRNGKey,
@@ -298,9 +383,12 @@ class ESEmitter(AbstractEmitter):
         after: ArchiveState,
     ) -> Any:
         tell_key, elite_key, start_key = jr.split(key, 3)
-        score = self._score(fitness, descriptors, insertion, before)
-        inner, _ = self._strategy.tell(tell_key, candidates, score, state.strategy)
-        told = ESState(strategy=inner, age=state.age + 1)
+        score = self._score(fitness, descriptors, insertion, before, state.explore)
+        learn = slice(self.batch_size - self.num_samples, None)  # the samples
+        inner, _ = self._strategy.tell(
+            tell_key, candidates[learn], score[learn], state.strategy
+        )
+        told = ESState(strategy=inner, age=state.age + 1, explore=state.explore)
         if self.restart is None:
             return told
         if isinstance(self.restart, int):
@@ -310,7 +398,10 @@ class ESEmitter(AbstractEmitter):
         again = again & jnp.any(after.filled)
 
         def restarted(told: ESState) -> ESState:
-            return self._start(start_key, random_elites(elite_key, after, 1)[0])
+            # "alternate" switches between exploiting and exploring here
+            explore = ~told.explore if self.ranking == "alternate" else told.explore
+            start = self._restart_from(elite_key, after, explore)
+            return self._start(start_key, start, explore)
 
         # A cond, not a select: a fresh strategy (CMA-ES's covariance, ...) is
         # built only in the generations that restart.
@@ -338,13 +429,16 @@ def check_emitters(emitters: Any) -> tuple[AbstractEmitter, ...]:
 
 
 __all__ = [
+    "INSERTS",
     "RANKINGS",
     "AbstractEmitter",
     "ESEmitter",
     "ESState",
+    "Insert",
     "IsoLineEmitter",
     "Ranking",
     "check_emitters",
     "novelty",
     "random_elites",
+    "top_elite",
 ]

@@ -14,6 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 
 from .._checks import positive_number
 from .._types import Array, Float, Genome, Int, Metrics, Population, PRNGKey, RawFitness
@@ -258,7 +259,12 @@ class MapElites(eqx.Module):
         descriptors = jnp.asarray(descriptors)
         self.archive.check_descriptors(descriptors, self.population_size)
         inner: QDState = state.inner
-        after, info = self.archive.insert(inner.archive, flat, fitness, descriptors)
+        # Generation 0's samples all may enter; later, what each emitter allows.
+        allowed = np.concatenate([e.insertable() for e in self.emitters])
+        insertable = (state.generation == 0) | jnp.asarray(allowed)
+        after, info = self.archive.insert(
+            inner.archive, flat, fitness, descriptors, insertable
+        )
 
         def tell_emitters(key: PRNGKey, inner: QDState) -> tuple[Any, ...]:
             keys = jr.split(key, len(self.emitters))
