@@ -3,6 +3,7 @@ bit, the population split among emitters, and bad `[qd]` values as one line."""
 
 import json
 import tomllib
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -243,3 +244,26 @@ def test_a_study_of_qd_runs_reports_and_compares_their_archives(tmp_path):
         assert test[f"mean_{side}"] == pytest.approx(want)
     text = (report / "report.md").read_text()
     assert "cma-me vs iso, on qd_score" in text and "archive: final QD score" in text
+
+
+def test_a_brax_ants_position_is_a_descriptor_without_code():
+    # Brax's metrics are in the step's info, so a lifetime's summary averages
+    # them: where an Ant spent its lifetime (traced only: no Ant is run here).
+    pytest.importorskip("brax")
+    import equinox as eqx
+
+    built = experiment.build(
+        config.load(
+            Path(__file__).parents[1] / "examples" / "brax_ant.toml",
+            [
+                "run.lifetime=10",
+                "qd.archive=grid",
+                'qd.descriptor=["mean_x_position", "mean_y_position"]',
+                "qd.lower=[-5.0, -5.0]",
+                "qd.upper=[5.0, 5.0]",
+            ],
+        )
+    )
+    _, aux = eqx.filter_eval_shape(built.fitness, built.genome, jax.random.key(0))
+    descriptor = jax.eval_shape(built.strategy.descriptors, aux)
+    assert descriptor.shape == (2,)
