@@ -97,8 +97,8 @@ class _RunCommand(click.Command):
         from .catalogue import catalogue
 
         formatter.write(
-            "\nConfig keys (TOML tables [env], [net], [strategy], [run], [sinks]); "
-            "defaults are TOML literals, as --set takes them:\n"
+            "\nConfig keys (TOML tables [env], [net], [strategy], [run], [qd], "
+            "[sinks]); defaults are TOML literals, as --set takes them:\n"
         )
         formatter.write(config_module.describe() + "\n\n")
         formatter.write(catalogue() + "\n")
