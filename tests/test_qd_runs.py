@@ -246,9 +246,9 @@ def test_a_study_of_qd_runs_reports_and_compares_their_archives(tmp_path):
     assert "cma-me vs iso, on qd_score" in text and "archive: final QD score" in text
 
 
-def test_a_brax_ants_position_is_a_descriptor_without_code():
-    # Brax's metrics are in the step's info, so a lifetime's summary averages
-    # them: where an Ant spent its lifetime (traced only: no Ant is run here).
+def test_a_brax_ants_final_position_is_a_descriptor_without_code():
+    # Brax's metrics are in the step's info, so a lifetime's summary keeps their
+    # last values: where an Ant ended (traced only: no Ant is run here).
     pytest.importorskip("brax")
     import equinox as eqx
 
@@ -258,7 +258,7 @@ def test_a_brax_ants_position_is_a_descriptor_without_code():
             [
                 "run.lifetime=10",
                 "qd.archive=grid",
-                'qd.descriptor=["mean_x_position", "mean_y_position"]',
+                'qd.descriptor=["final_x_position", "final_y_position"]',
                 "qd.lower=[-5.0, -5.0]",
                 "qd.upper=[5.0, 5.0]",
             ],

@@ -70,6 +70,7 @@ def test_auto_reset_counts_episodes_and_keeps_the_lifetime_state(key):
     assert int(summary["num_episodes"]) == 2 and int(summary["steps_alive"]) == 3
     assert int(summary["steps"]) == 7
     np.testing.assert_allclose(summary["mean_time"], np.mean([1, 2, 3, 1, 2, 3, 1]))
+    assert float(summary["final_time"]) == 1.0  # the last step's info
 
 
 def test_reset_policy_on_done_restarts_the_lifetime_state(key):
@@ -85,6 +86,9 @@ def test_without_reset_the_lifetime_is_one_episode(key):
     trajectory = record(key, Accumulator(), ENV, PARAMS, 10, reset_on_done=False)
     assert int(summary["steps"]) == 3 and int(summary["num_episodes"]) == 1
     assert int(summary["steps_alive"]) == 3
+    # the info of the last step the environment ran, not of a frozen one
+    np.testing.assert_allclose(summary["mean_time"], 2.0)
+    assert float(summary["final_time"]) == 3.0
     np.testing.assert_allclose(fitness, np.sum(trajectory.rewards[:3]), rtol=1e-6)
     assert np.all(np.asarray(trajectory.rewards[3:]) == 0.0)
     # The environment is frozen after its episode ended.
@@ -124,6 +128,14 @@ def test_rollout_equals_record_on_an_arena_env(key):
     trajectory = record(key, policy, env, params, 30)
     assert tree_equal(summary, trajectory.summary)
     np.testing.assert_allclose(fitness, np.sum(trajectory.rewards), rtol=1e-5)
+    # where the body ended and, on average, where it was (L0's info: x, y)
+    positions = np.asarray(trajectory.env_states.position[1:])
+    np.testing.assert_array_equal(
+        [summary["final_x"], summary["final_y"]], positions[-1]
+    )
+    np.testing.assert_allclose(
+        summary["mean_x"], positions[:, 0].mean(), rtol=1e-5, atol=1e-6
+    )
 
 
 @given(key=testing.keys())

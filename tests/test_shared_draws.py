@@ -20,8 +20,8 @@ from hypothesis import example, given, settings
 from eqxevo import LifetimeFitness, evaluate, record, rollout
 from eqxevo._app.config import from_dict
 from eqxevo._src.bits import CPU_BLOCK_MAX, block_width, draws_apart_pay
+from eqxevo._src.draws import DRAW_BLOCK, draw_block
 from eqxevo._src.evaluate import draws_apart
-from eqxevo._src.rollout import DRAW_BLOCK, draw_block
 from eqxevo.experiment import build
 
 NETS = {

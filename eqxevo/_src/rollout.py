@@ -15,6 +15,7 @@ import jax.tree_util as jtu
 from ._checks import positive_int
 from ._types import Array, PRNGKey, PRNGKeys, Scalar
 from .bits import draws_apart_pay, stage, true_at_run_time
+from .draws import StepDraws, StepKeys, block_draws, draw_block
 from .early_exit import EXIT_CHUNK, until_done
 from .envs.base import AbstractEnv, EnvParams, noise_apart
 from .nets.base import AbstractPolicy
@@ -38,6 +39,7 @@ class LifetimeCarry(eqx.Module):
     steps_alive: Array  # steps up to and including the first done
     steps: Array  # steps the environment ran
     info_sums: dict[str, Array]
+    info_last: dict[str, Array]  # the info of the last step the environment ran
     obs_moments: ObsMoments | None = None  # the observations' moments, if tracked
 
 
@@ -90,69 +92,6 @@ def _initial_state(policy: AbstractPolicy, key: PRNGKey) -> Any:
     return _apart(lambda p, k: p.initial_state(k), key)(policy, key)
 
 
-class StepKeys(eqx.Module):
-    """The lifetime's per-step key streams; step t folds in t."""
-
-    env: PRNGKey
-    reset: PRNGKey
-    policy: PRNGKey
-
-
-DRAW_BLOCK = 16
-"""At most this many steps' environment draws are computed together, ahead of
-the steps (`draw_block`)."""
-
-
-class StepDraws(eqx.Module):
-    """What a step draws from the environment's key streams, computed ahead
-    (`block_draws`): the step's noise (`sample_noise`) and, with auto-reset,
-    the reset it keeps where the episode ends."""
-
-    noise: Any
-    reset: Any  # (obs, env_state), or None without auto-reset
-
-
-def draw_block(env: AbstractEnv, num_steps: int) -> int:
-    """Steps whose environment draws one computation makes: the largest divisor
-    of `num_steps` up to `DRAW_BLOCK` where the environment draws apart and that
-    pays (`draws_apart_pay`), else 1 (every step draws for itself).
-
-    On CPU JAX lowers threefry to a rolled loop of small kernels, run for every
-    draw of every step; drawn for a block of steps at once (vmapped over the
-    steps), the loop runs once per block (`eqxevo bench --only kernels`: L0
-    585 -> 81 kernels per step, L4 824 -> 122). The draws are the same bits
-    either way (tests/test_shared_draws.py)."""
-    if not (noise_apart(env) and draws_apart_pay()):
-        return 1
-    return max(
-        d for d in range(1, min(DRAW_BLOCK, num_steps) + 1) if num_steps % d == 0
-    )
-
-
-def block_draws(
-    env: AbstractEnv,
-    env_params: EnvParams,
-    keys: StepKeys,
-    steps: Array,
-    reset_on_done: bool,
-) -> StepDraws:
-    """The draws of `steps` (a `[S]` array of step indices), stacked, as one
-    computation of its own (`stage`): like a step's own draws, with a shared
-    episode's key it runs once for the population."""
-
-    def draws(keys: StepKeys, steps: Array, env_params: EnvParams) -> StepDraws:
-        def one(t: Array) -> StepDraws:
-            noise = env.sample_noise(jr.fold_in(keys.env, t), env_params)
-            reset = None
-            if reset_on_done:
-                reset = env.reset(jr.fold_in(keys.reset, t), env_params)
-            return StepDraws(noise, reset)
-
-        return jax.vmap(one)(steps)
-
-    return stage(draws, true_at_run_time(keys.env))(keys, steps, env_params)
-
-
 def start_lifetime(
     policy: AbstractPolicy,
     env: AbstractEnv,
@@ -189,6 +128,7 @@ def start_lifetime(
         steps_alive=jnp.zeros((), jnp.int32),
         steps=jnp.zeros((), jnp.int32),
         info_sums={k: jnp.zeros((), jnp.float32) for k in info},
+        info_last={k: jnp.zeros((), jnp.float32) for k in info},
         obs_moments=ObsMoments.zeros(obs.shape[0]) if track_obs else None,
     )
     return carry, StepKeys(env_keys, reset_keys, policy_keys)
@@ -270,6 +210,10 @@ def lifetime_step(
             )
             for k, v in carry.info_sums.items()
         },
+        info_last={
+            k: jnp.where(active, jnp.asarray(info[k], jnp.float32), v)
+            for k, v in carry.info_last.items()
+        },
         obs_moments=None
         if carry.obs_moments is None
         else carry.obs_moments.add(carry.obs, weight),
@@ -299,6 +243,7 @@ def lifetime_summary(
     }
     for k, v in carry.info_sums.items():
         summary[f"mean_{k}"] = v / steps
+        summary[f"final_{k}"] = carry.info_last[k]
     if carry.obs_moments is not None:
         summary["obs_moments"] = carry.obs_moments
     return summary
@@ -404,7 +349,8 @@ def rollout(
         that ended), `steps_alive` (steps up to and including the first `done`;
         `num_steps` if none), `steps` (steps the environment ran), and
         `mean_<name>` for every entry of the environment's `info`, averaged
-        over the steps the environment ran.
+        over the steps the environment ran, and `final_<name>`, its value at the
+        last of them.
 
     Example:
         >>> env = Chemotaxis()
@@ -581,15 +527,10 @@ class LifetimeFitness(eqx.Module):
 
 
 __all__ = [
-    "DRAW_BLOCK",
     "LifetimeCarry",
     "LifetimeFitness",
-    "StepDraws",
-    "StepKeys",
     "StepRecord",
     "Summary",
-    "block_draws",
-    "draw_block",
     "lifetime_keys",
     "lifetime_step",
     "lifetime_summary",

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import jax.random as jr
 
 from eqxevo._src.bits import fast_cpu_prng
+from eqxevo._src.draws import draw_block
 from eqxevo._src.evaluate import EvalSettings, evaluate
 from eqxevo._src.keys import run_keys
 from eqxevo._src.program import ChunkProgram, run_chunk
-from eqxevo._src.rollout import draw_block
 
 from ..config import from_dict
 from ..experiment.build import Built, build
@@ -70,7 +70,7 @@ def milestone_kernels(
     lowered = jax.jit(run).lower(*args)
     lifetime = built.experiment.run.lifetime
     # A shared episode runs its lifetime as a loop over blocks of steps whose
-    # draws are made ahead (`rollout.draw_block`): a trip of that loop is
+    # draws are made ahead (`draws.draw_block`): a trip of that loop is
     # `block` steps, and its kernels are counted per step.
     block = draw_block(built.env, lifetime)
     rows = []
