@@ -76,13 +76,37 @@ def whole_and_resumed(strategy, fitness, key, generations, first=1):
     return whole, resumed
 
 
+def check_finite_with_stable_state(strategy, result, num_generations):
+    """An `evolve` result ran `num_generations` of finite populations, and its
+    state has the types of a fresh one (so a user's jitted ask/tell loop
+    compiles once)."""
+    assert int(result.state.generation) == num_generations
+    # A genome with a NaN or inf gives a non-finite fitness, which evolve
+    # counts: every population was finite, the last one asked included.
+    assert (result.history["num_nonfinite"] == 0).all(), "a population went NaN"
+    fresh = jax.eval_shape(strategy.init, jr.key(3))  # traced, not compiled
+    assert jax.tree.structure(fresh) == jax.tree.structure(result.state)
+    for a, b in zip(jax.tree.leaves(fresh), jax.tree.leaves(result.state), strict=True):
+        assert jax.typeof(a) == jax.typeof(b)
+        assert jax.typeof(a).weak_type == jax.typeof(b).weak_type
+
+
 def check_physics_step(env, action_size, episode_length):
     """A physics environment (`eqxevo._src.envs.physics.PhysicsEnv`) truncates after
     `episode_length` zero-action steps, and a NaN action ends the episode with a
-    NaN reward, counted in `info["nonfinite"]`; returns the rewards."""
+    NaN reward, counted in `info["nonfinite"]`; returns the rewards.
+
+    Steps through `check_env`'s own compiled reset and step (a physics step
+    compiles for seconds): after `check_env` on the same environment, nothing
+    compiles again."""
+    from eqxevo._src.testing import _jit_reset, _jit_step
+
     params = env.default_params()
-    _, first = jax.jit(env.reset)(jr.key(0), params)
-    step = jax.jit(env.step)
+    _, first = _jit_reset(env, jr.key(0), params)
+
+    def step(key, state, action, params):
+        return _jit_step(env, key, state, action, params)
+
     state, dones, truncated, rewards = first, [], [], []
     for t in range(episode_length):
         _, state, reward, done, info = step(
@@ -95,7 +119,7 @@ def check_physics_step(env, action_size, episode_length):
     ends = [False] * (episode_length - 1) + [True]
     assert dones == ends and truncated == [float(e) for e in ends]
     _, _, reward, done, info = step(
-        jr.key(0), first, jnp.full(action_size, jnp.nan), params
+        jr.key(0), first, jnp.full(action_size, jnp.nan, jnp.float32), params
     )
     assert bool(done) and np.isnan(float(reward))
     assert float(info["nonfinite"]) == 1.0 and float(info["terminated"]) == 1.0

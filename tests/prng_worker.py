@@ -12,7 +12,10 @@ every leaf of the result (state, history, best genome) is saved under
 `"{case}/{algorithm}/{leaf}"`, and the first generation's fitness statistics
 under `"{case}/{algorithm}/first/{statistic}"`. `"random/{i}"` are raw draws
 (bits, uniform, normal, split, fold_in) and `"while_loops"` counts the `while`
-ops in the compiled `jr.split`, to show which lowering the process used.
+ops in the compiled `jr.split`, to show which lowering the process used;
+`"lowering/at_import"` and `"lowering/called"` name the registered lowering
+after the imports and after `fast_cpu_prng()` (or none), and `"active/..."`
+what `fast_cpu_prng_active()` said then.
 """
 
 import sys
@@ -28,6 +31,7 @@ from jaxtyping import install_import_hook
 
 install_import_hook("eqxevo", "beartype.beartype")
 import eqxevo  # noqa: E402
+import eqxevo._src.bits  # noqa: E402
 from eqxevo._app.bench.milestones import milestone_experiment  # noqa: E402
 from eqxevo._app.config import from_dict, to_dict  # noqa: E402
 from eqxevo.experiment import build  # noqa: E402
@@ -53,6 +57,20 @@ def stranger(algorithm: str) -> eqxevo.EvolveResult:
     )
 
 
+def lowering() -> str:
+    """The CPU lowering of threefry this process has registered: JAX's own
+    ("default"), the unrolled one `fast_cpu_prng` registers, or another."""
+    from jax._src.interpreters import mlir
+    from jax._src.random import threefry2x32 as t
+
+    rule = mlir._platform_specific_lowerings["cpu"][t.threefry2x32_p].rule
+    if rule is t._threefry2x32_cpu_lowering_rule:
+        return "default"
+    if rule is t._threefry2x32_lowering_rule:
+        return "unrolled"
+    return repr(rule)
+
+
 def leaves(tree: object) -> list[np.ndarray]:
     out = []
     for leaf in jax.tree.leaves(tree):
@@ -64,10 +82,15 @@ def leaves(tree: object) -> list[np.ndarray]:
 
 def main() -> None:
     out, mode = sys.argv[1], sys.argv[2]
+    saved = {}
+    # importing eqxevo (and all of the above) leaves JAX's lowering alone
+    saved["lowering/at_import"] = np.asarray(lowering())
+    saved["active/at_import"] = np.asarray(eqxevo._src.bits.fast_cpu_prng_active())
     if mode == "unrolled":
         assert eqxevo.fast_cpu_prng()
         assert eqxevo.fast_cpu_prng()  # idempotent
-    saved = {}
+    saved["lowering/called"] = np.asarray(lowering())
+    saved["active/called"] = np.asarray(eqxevo._src.bits.fast_cpu_prng_active())
     key = jr.key(3)
     draws = jax.jit(
         lambda k: (

@@ -95,8 +95,11 @@ def evaluate_once(mesh: Any) -> Any:
 
 
 # Every built-in environment and every built-in network (`names.ENVS`,
-# `names.NETS`; a test checks both) in six pairs, small, episodes ending
-# every 10 steps (resets run transcendentals the other steps do not).
+# `names.NETS`; a test checks both) in seven pairs, each environment once or
+# twice and each network at least once (plasticity on sparse_rate too), small,
+# episodes ending every 10 steps (resets run transcendentals the other steps do
+# not). Each pair compiles its own program per mesh: no pair repeats both an
+# environment and a network another pair already runs.
 BUILTINS = {
     "L0-sparse_rate": ("chemotaxis", "sparse_rate", {"num_neurons": 32, "fan_in": 8}),
     "L2-sparse_lif": ("foraging", "sparse_lif", {"num_neurons": 32, "fan_in": 8}),
@@ -109,8 +112,6 @@ BUILTINS = {
             "plasticity": {"learning_rate": 0.01, "trace_decay": 0.9},
         },
     ),
-    "L0-recurrent": ("chemotaxis", "recurrent", {}),
-    "L2-mlp": ("foraging", "mlp", {}),
     "L4-gru": ("long_horizon", "gru", {"hidden_size": 8}),
     "bandit-mlp": ("bandit", "mlp", {}),
     "reversal_bandit-mlp": ("reversal_bandit", "mlp", {}),

@@ -13,6 +13,7 @@ from helpers import (
     Net,
     Rosenbrock,
     Stranger,
+    check_finite_with_stable_state,
     noisy_sphere,
     rosenbrock,
     sphere,
@@ -82,6 +83,9 @@ def stranger(algorithm, population_size=8):
 def test_evolve_equals_hand_written_loop(algorithm, key):
     strategy, fitness_fn = stranger(algorithm)
     result = eqxevo.evolve(key, strategy, fitness_fn, num_generations=5, chunk_size=2)
+    # test_strategy.py's every-algorithm test, for these algorithms: finite
+    # populations, and a state of the types of a fresh one.
+    check_finite_with_stable_state(strategy, result, 5)
     state, best = hand_written_loop(strategy, fitness_fn, key, 5)
     assert tree_equal(result.state, state)
     np.testing.assert_array_equal(result.history["best"], best)

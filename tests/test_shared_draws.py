@@ -62,7 +62,10 @@ def first(population: object, size: int) -> object:
 
 
 @pytest.mark.slow
-@settings(max_examples=min(3, settings().max_examples), deadline=None)
+# Each example compiles two programs. The pinned examples below cover every
+# network, both episode modes, P = 17 (the size Hypothesis once found) and
+# blocks of 1, 16, 24 and 32 genomes; Hypothesis adds one drawn case per run.
+@settings(max_examples=min(1, settings().max_examples), deadline=None)
 @given(
     name=st.sampled_from(sorted(NETS)),
     size=st.integers(1, MAX_POPULATION),

@@ -27,7 +27,10 @@ def test_a_runs_memory_lesion_is_scored_on_its_own_heldout_lifetimes(tmp_path):
         main, ["run", *args, "--out", str(tmp_path / "runs"), "--name", "r", "--quiet"]
     )
     assert ran.exit_code == 0, ran.output
-    intact, _, _ = eval_run(tmp_path / "runs" / "r", genome="mean")
+    # the genome's own scores only: the references' programs are not needed
+    intact, _, _ = eval_run(
+        tmp_path / "runs" / "r", genome="mean", with_references=False
+    )
     cells = pd.DataFrame(
         [
             {
@@ -42,7 +45,9 @@ def test_a_runs_memory_lesion_is_scored_on_its_own_heldout_lifetimes(tmp_path):
         ]
     )
     out = lesion_columns(tmp_path, cells)
-    wiped, _, _ = eval_run(tmp_path / "runs" / "r", genome="mean", lesion="memory")
+    wiped, _, _ = eval_run(
+        tmp_path / "runs" / "r", genome="mean", lesion="memory", with_references=False
+    )
     assert out.loc[0, "lesion_memory"] == pytest.approx(wiped.result.mean, rel=0)
     assert math.isnan(out.loc[0, "lesion_plasticity"])  # a recurrent net: none
     lines = lesion_lines(out)
