@@ -316,6 +316,18 @@ EXAMPLE_ARMS = {
         },
         140,
     ),
+    "recurrence_maze": (
+        {
+            "plastic-ff": 1605,
+            "ff": 1604,
+            "gru": 1620,
+            "plastic-rnn": 1601,
+            "plastic-rnn-retro": 1602,
+            "rnn": 895,
+            "abcd-random": 3711,
+        },
+        140,
+    ),
     "recurrence_l4_gpu": (
         {
             "plastic-ff": 2307,
@@ -335,6 +347,7 @@ UNMATCHED = {
     "recurrence_bandit": {"ff", "abcd-random"},
     "recurrence_cue_reward": {"abcd-random"},
     "recurrence_l4_gpu": {"abcd-random"},
+    "recurrence_maze": {"abcd-random"},
 }
 
 
