@@ -95,6 +95,20 @@ def test_a_qd_run_writes_its_archive_and_resumes_bit_for_bit(tmp_path, six):
     assert np.isfinite(fitness)
 
 
+def test_eqxevo_plot_draws_a_qd_runs_archive_again_from_its_checkpoint(six):
+    from click.testing import CliRunner
+
+    from eqxevo._app.cli import main
+
+    run_dir, _ = six
+    drawn = (run_dir / "archive.png").read_bytes()
+    (run_dir / "archive.png").unlink()
+    result = CliRunner().invoke(main, ["plot", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert str(run_dir / "archive.png") in result.output.splitlines()
+    assert (run_dir / "archive.png").read_bytes() == drawn
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -134,6 +134,12 @@ def test_an_interrupt_keeps_every_runs_last_chunk_and_resumes(tmp_path, monkeypa
         summary = json.loads((path / "summary.json").read_text())
         assert not summary["complete"] and summary["generations"] == 4
         assert sorted(p.name for p in (path / "checkpoints").iterdir())[-1] == "4"
+    # Progress counts what a resume keeps (the newest checkpoint), not the records:
+    # a kill between a chunk's records and its checkpoint runs them again.
+    saved = status(tmp_path / "out")["generations"]
+    assert saved == {"done": 4 * len(study.runs), "total": 6 * len(study.runs)}
+    shutil.rmtree(run_dir(tmp_path / "out", study.runs[0]) / "checkpoints" / "4")
+    assert status(tmp_path / "out")["generations"]["done"] == 4 * len(study.runs) - 2
     monkeypatch.setattr(experiment.Run, "chunk", original)
     assert run_study(study, tmp_path / "out", quiet=True)["done"] == 2
     assert all(

@@ -66,6 +66,14 @@ def _await_orbax_threads(before: set[threading.Thread]) -> None:
         time.sleep(0.05)
 
 
+def saved_generations(directory: str | Path) -> list[int]:
+    """Generations of the complete checkpoints in `directory`, oldest first (not
+    verified); reads the folder only (nothing created, no lock needed)."""
+    if not Path(directory).is_dir():
+        return []
+    return sorted(ocp.utils.checkpoint_steps(directory))
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, damaged, or incompatible with the experiment."""
 

@@ -281,14 +281,15 @@ def plot(run_dir: str, steps: int | None) -> None:
     evaluations and, where the task has a headroom certificate (`eqxevo
     certify`), its certified memoryless bound and best learner or oracle as
     bands; trajectory.png: the best genome living one lifetime (arena
-    environments).
+    environments); archive.png: a MAP-Elites run's archive, from its newest
+    checkpoint.
 
     \b
     Example:
       eqxevo plot runs/my-run
     """
     from .experiment.certify import certificate_bands
-    from .experiment.review import plot_best
+    from .experiment.review import plot_archive, plot_best
     from .experiment.rundir import RunDir, RunDirError
 
     directory = RunDir(run_dir)
@@ -306,6 +307,13 @@ def plot(run_dir: str, steps: int | None) -> None:
             written.append(plot_best(directory.path, steps))
         except (ConfigError, RunDirError, NotImplementedError) as err:
             click.echo(f"no trajectory plot: {err}", err=True)
+    if experiment is not None and experiment.qd.archive != "off":
+        try:
+            archive = plot_archive(directory.path)
+        except (ConfigError, RunDirError, CheckpointError) as err:
+            click.echo(f"no archive plot: {err}", err=True)
+        else:
+            written += [archive] if archive is not None else []
     for path in written:
         click.echo(str(path))
 

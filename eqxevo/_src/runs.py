@@ -135,4 +135,15 @@ def take(tree: Any, r: int) -> Any:
     )
 
 
-__all__ = ["batch_of", "check_runs", "initial_state", "stack_runs", "take"]
+def best_run(strategy: AnyStrategy, state: Any) -> tuple[int | None, Any, Any]:
+    """`(seed, its state, its best fitness)` of the seed whose best fitness is the
+    highest (NaN and inf rank lowest), or `(None, state, best fitness)` for the
+    state of one seed."""
+    fitness = np.asarray(strategy.best_fitness(state))
+    if not fitness.ndim:
+        return None, state, fitness
+    seed = int(np.nanargmax(np.where(np.isfinite(fitness), fitness, -np.inf)))
+    return seed, take(state, seed), fitness[seed]
+
+
+__all__ = ["batch_of", "best_run", "check_runs", "initial_state", "stack_runs", "take"]

@@ -28,8 +28,11 @@ from eqxevo._src.heldout import (
 from eqxevo._src.keys import seed_keys
 from eqxevo._src.memory import format_bytes
 from eqxevo._src.nets.lesion import lesion as lesion_policy
+from eqxevo._src.qd.map_elites import MapElites
 from eqxevo._src.references import Scale, Scored, references, scale, score_references
+from eqxevo._src.runs import best_run
 
+from .. import config as config_module
 from ..figures import render_policy
 from .build import Built, build
 from .certify import Stored, find_certificate
@@ -408,11 +411,46 @@ def plot_best(run_dir: str | Path, steps: int | None = None) -> Path:
     )
 
 
+def plot_archive(run_dir: str | Path) -> Path | None:
+    """Draw a MAP-Elites run's archive.png again from its newest checkpoint (the
+    best seed's archive, as `eqxevo run` draws it); None for other runs and for
+    archives of one descriptor dimension.
+
+    Raises:
+        RunDirError: no run there, or it has no checkpoint yet.
+        ConfigError: the run's config.toml is unreadable or invalid.
+        CheckpointError: no checkpoint of the run can be read.
+    """
+    directory = RunDir(run_dir)
+    built = build(directory.read_config())
+    strategy = built.strategy
+    if not isinstance(strategy, MapElites) or strategy.archive.descriptor_size < 2:
+        return None  # no heatmap of one descriptor dimension
+    if not (directory.path / "checkpoints").is_dir():
+        raise RunDirError(
+            f"{directory.path} has no checkpoint to draw its archive from"
+        )
+    with directory.checkpointer(built.experiment.run.keep_checkpoints) as saved:
+        if saved.latest() is None:
+            raise RunDirError(
+                f"{directory.path} has no checkpoint to draw its archive from"
+            )
+        _, state = saved.restore(
+            jax.eval_shape(built.initial_state),
+            config_module.to_dict(built.experiment),
+            ignore=config_module.RESUMABLE_CHANGES,
+        )
+    _, state, _ = best_run(strategy, state)
+    directory.plot_archive(built.experiment, strategy.archive, state.inner.archive)
+    return directory.path / "archive.png"
+
+
 __all__ = [
     "Evaluation",
     "certified_reference",
     "eval_run",
     "load_genome",
+    "plot_archive",
     "plot_best",
     "render_lifetime",
 ]

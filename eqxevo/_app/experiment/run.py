@@ -26,7 +26,7 @@ from eqxevo._src.heldout import (
 )
 from eqxevo._src.memory import format_bytes
 from eqxevo._src.qd.map_elites import MapElites
-from eqxevo._src.runs import take
+from eqxevo._src.runs import best_run
 
 from .. import config as config_module
 from ..checkpoint import integrity
@@ -384,12 +384,10 @@ class Run:
 
     def _save_results(self, state: Any) -> None:
         strategy = self.built.strategy
-        fitness = np.asarray(strategy.best_fitness(state))
-        seed = 0
-        if fitness.ndim:  # several seeds: the genomes of the best one
-            seed = int(np.nanargmax(np.where(np.isfinite(fitness), fitness, -np.inf)))
-            state, fitness = take(state, seed), fitness[seed]
-            self.summary["best_seed"] = seed
+        best_seed, state, fitness = best_run(strategy, state)
+        if best_seed is not None:  # several seeds: the genomes of the best one
+            self.summary["best_seed"] = best_seed
+        seed = best_seed or 0
         # the genomes held-out evaluation scores: `eqxevo eval` scores them again
         checksums = self.summary["checksums"] = {}
         for which, genome in heldout_genomes(strategy, state).items():

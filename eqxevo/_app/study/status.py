@@ -5,32 +5,27 @@ output folder alone, without building or compiling anything.
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint import saved_generations
 from ..lock import holder
 from .runner import load_plan, load_study, read_summary, run_dir
 from .spec import Study, Trial
 
 
-def _generations(path: Path) -> int:
-    """Generations a run has recorded (lines of its metrics.jsonl)."""
-    metrics = path / "metrics.jsonl"
-    if not metrics.exists():
-        return 0
-    with metrics.open("rb") as f:
-        return sum(1 for line in f if line.endswith(b"\n"))
-
-
 def _progress(out: str | Path, run: Trial) -> tuple[bool, int]:
-    """`(complete, generations recorded)` of one run."""
+    """`(complete, generations saved)` of one run: an unfinished run counts the
+    generations of its newest checkpoint, where it resumes (the metrics it
+    recorded after that checkpoint are run again)."""
     path = run_dir(out, run)
     summary = read_summary(path)
     total = run.experiment.run.generations
     if summary.get("complete") and summary.get("generations") == total:
         return True, total
-    return False, min(_generations(path), total)
+    saved = saved_generations(path / "checkpoints")
+    return False, min(saved[-1] if saved else 0, total)
 
 
 def progress_of(study: Study, out: str | Path) -> tuple[int, int]:
-    """`(runs complete, run-generations recorded)` of the study in `out`."""
+    """`(runs complete, run-generations saved)` of the study in `out`."""
     progress = [_progress(out, run) for run in study.runs]
     return sum(done for done, _ in progress), sum(n for _, n in progress)
 
