@@ -182,6 +182,7 @@ def test_the_report_writes_tables_figures_and_markdown(finished_study, report): 
     cells = pd.read_csv(tmp_path / "cells.csv")
     assert len(cells) == 8 and bool(cells["complete"].all())
     assert {"cell", "arm", "env.params.sensor_noise", "seed"} <= set(cells.columns)
+    assert not {"qd_score", "coverage", "max_fitness"} & set(cells.columns)  # no QD
     assert list(cells.columns[:7]) == [
         "cell",
         "arm",

@@ -184,6 +184,14 @@ def _study(**table):
         (
             _study(
                 arms=[{"name": "x", "run.lifetime": 5}],
+                compare=[{"a": "x", "b": "base", "test": "mwu", "metric": "coverage"}],
+            ),
+            r"study.compare\[0\].metric = 'coverage': arm 'x' runs no MAP-Elites "
+            r'\(its \[qd\] archive is "off"\); compare its held-out fitness',
+        ),
+        (
+            _study(
+                arms=[{"name": "x", "run.lifetime": 5}],
                 compare=[{"a": "x", "b": "base", "test": "welch", "margin": 1.0}],
             ),
             r"study.compare\[0\].margin is for an equivalence test \(TOST\): set "

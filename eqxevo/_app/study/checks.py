@@ -423,6 +423,23 @@ def _compare_faults(where: str, entry: Mapping[str, Any], arms: Any) -> list[str
     return faults
 
 
+def archive_faults(
+    compare: tuple[Comparison, ...], arms: Mapping[str, Any]
+) -> list[str]:
+    """Comparisons of an archive figure (`qd_score`, `coverage`) naming an arm
+    whose runs keep no archive, one line each; `arms` maps each arm to one of its
+    experiments."""
+    return [
+        f"study.compare[{i}].metric = {c.metric!r}: arm {side!r} runs no MAP-Elites "
+        '(its [qd] archive is "off"); compare its held-out fitness (metric = '
+        '"heldout_mean") or give it an archive'
+        for i, c in enumerate(compare)
+        if c.metric != "heldout_mean"
+        for side in (c.a, c.b)
+        if arms[side].qd.archive == "off"
+    ]
+
+
 def parse_compare(
     value: Any, arms: Mapping[str, Any], errors: list[str]
 ) -> tuple[Comparison, ...]:

@@ -107,7 +107,9 @@ def cells_table(out: str | Path, study: Study | None = None) -> Any:
         row["platform"] = platform(summary)
         row["run_dir"] = str(Path("runs") / run.id)
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    # A study without MAP-Elites runs has no archive figures: no empty columns.
+    return table.drop(columns=[k for k in QD_METRICS if table[k].isna().all()])
 
 
 def summary_table(cells: Any, metrics: Mapping[str, str] = METRICS) -> Any:

@@ -22,6 +22,7 @@ from .checks import (
     STUDY_KEYS,
     Comparison,
     StudyError as StudyError,
+    archive_faults,
     check_key as check_key,
     check_name,
     forbidden,
@@ -264,6 +265,7 @@ def from_dict(data: Mapping[str, Any], root: Path | None = None) -> Study:
     changed = {arm: {**changes, **tuned.get(arm, {})} for arm, changes in arms.items()}
     cells = _cells(experiment, axes, changed, errors)
     raise_all(errors)
+    raise_all(archive_faults(compare, {c.arm: c.experiment for c in cells}))
     return Study(
         name=str(name),  # checked above
         seeds=seeds,
