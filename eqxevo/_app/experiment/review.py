@@ -33,6 +33,7 @@ from eqxevo._src.references import Scale, Scored, references, scale, score_refer
 from eqxevo._src.runs import best_run
 
 from .. import config as config_module
+from ..checkpoint import saved_generations
 from ..figures import render_policy
 from .build import Built, build
 from .certify import Stored, find_certificate
@@ -426,15 +427,11 @@ def plot_archive(run_dir: str | Path) -> Path | None:
     strategy = built.strategy
     if not isinstance(strategy, MapElites) or strategy.archive.descriptor_size < 2:
         return None  # no heatmap of one descriptor dimension
-    if not (directory.path / "checkpoints").is_dir():
+    if not saved_generations(directory.path / "checkpoints"):  # creates nothing
         raise RunDirError(
             f"{directory.path} has no checkpoint to draw its archive from"
         )
     with directory.checkpointer(built.experiment.run.keep_checkpoints) as saved:
-        if saved.latest() is None:
-            raise RunDirError(
-                f"{directory.path} has no checkpoint to draw its archive from"
-            )
         _, state = saved.restore(
             jax.eval_shape(built.initial_state),
             config_module.to_dict(built.experiment),
