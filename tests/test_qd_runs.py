@@ -186,10 +186,7 @@ QD_STUDY = """
 [study]
 name = "qd"
 seeds = 2
-
-[[study.arms]]
-name = "iso"
-"qd.emitters" = { iso = { kind = "iso_line", iso_sigma = 0.05 } }
+base_arm = "iso"
 
 [[study.arms]]
 name = "cma-me"
@@ -216,6 +213,7 @@ population_size = 8
 
 [qd]
 archive = "grid"
+emitters = { iso = { kind = "iso_line", iso_sigma = 0.05 } }
 cells = [6, 5]
 lower = [-0.3, -0.3]
 upper = [0.3, 0.3]
@@ -229,9 +227,9 @@ chunk_seconds = 0
 
 
 def test_a_study_of_qd_runs_reports_and_compares_their_archives(tmp_path):
-    # Two arms of MAP-Elites (iso+line, CMA-ME) x 2 seeds: cells.csv holds each
-    # run's archive figures, summary.csv summarises them, and the declared test
-    # compares QD scores.
+    # Two arms of MAP-Elites (iso+line, the base arm; CMA-ME) x 2 seeds: cells.csv
+    # holds each run's archive figures, summary.csv summarises them, and the
+    # declared test compares QD scores.
     import pandas as pd
 
     from eqxevo._app.study.report import write_report
